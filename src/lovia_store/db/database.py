@@ -1,0 +1,287 @@
+"""``Database``: the one owner of one ``AsyncEngine``, shared by every store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from ..errors import LoviaStoreError, MissingDriverError, UserError
+from .errors import translate
+
+__all__ = ["Database", "as_database"]
+
+T = TypeVar("T")
+Work = Callable[[AsyncConnection], Awaitable[T]]
+
+
+_WRITE = "lovia_write"
+_RETRIES = 6
+_DRIVERS = {
+    "sqlite": "aiosqlite",
+    "postgresql": "asyncpg",
+    "mysql": "asyncmy",
+    "mariadb": "asyncmy",
+}
+_EXTRAS = {"asyncmy": "lovia-store[mysql]", "aiomysql": "aiomysql"}
+
+
+def _to_url(target: str | os.PathLike[str]) -> URL:
+    text = os.fspath(target)
+    if text == ":memory:":
+        return make_url("sqlite+aiosqlite:///:memory:")
+    if "://" not in text:
+        path = Path(text).expanduser().resolve()
+        return make_url(f"sqlite+aiosqlite:///{path}")
+    try:
+        url = make_url(text)
+    except ArgumentError as exc:
+        raise UserError(f"not a database URL: {text!r}") from exc
+    backend = url.get_backend_name()
+    if "+" not in url.drivername and backend in _DRIVERS:
+        # A plain ``postgresql://`` URL means "the async driver we ship with".
+        url = url.set(drivername=f"{backend}+{_DRIVERS[backend]}")
+    return url
+
+
+def _sqlite_listeners(engine: AsyncEngine, *, wal: bool) -> None:
+    """Pragmas on connect, and BEGIN IMMEDIATE for writes.
+
+    pysqlite's own transaction handling is turned off so that a write takes the
+    file's write lock at BEGIN: a deferred transaction that reads first and
+    writes later can fail with SQLITE_BUSY without ever waiting.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        if wal:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class Database:
+    """One engine, one schema check, shared by every store built on it.
+
+    ``target`` is a SQLAlchemy URL, a SQLite path (``":memory:"`` too), or an
+    ``AsyncEngine`` the caller owns. ``close()`` disposes only an engine this
+    object created. ``verify_only=True`` never migrates: an out-of-date database
+    raises ``SchemaNotCurrentError`` (for deployments that migrate as a step).
+    """
+
+    def __init__(
+        self,
+        target: AsyncEngine | str | os.PathLike[str],
+        *,
+        wal: bool = False,
+        echo: bool = False,
+        verify_only: bool = False,
+        **engine_options: Any,
+    ) -> None:
+        self.verify_only = verify_only
+        self.wal = wal
+        if isinstance(target, AsyncEngine):
+            if engine_options or echo or wal:
+                raise UserError(
+                    "wal, echo and engine options apply only to an engine lovia-store creates; "
+                    "configure your own engine yourself"
+                )
+            self.engine = target
+            self._owns_engine = False
+        elif isinstance(target, str | os.PathLike):
+            url = _to_url(target)
+            self.engine = self._create_engine(url, wal=wal, echo=echo, options=engine_options)
+            self._owns_engine = True
+        else:
+            raise UserError(
+                f"a Database target is a URL, a path or an AsyncEngine, not {type(target).__name__}"
+            )
+        self.url = self.engine.url.render_as_string(hide_password=True)
+        self.dialect = self.engine.dialect.name
+        self.is_sqlite = self.dialect == "sqlite"
+        self.is_memory = self.is_sqlite and self.engine.url.database in (None, "", ":memory:")
+        self._write_engine = self.engine.execution_options(**{_WRITE: True})
+        # Reads that take several statements must see one snapshot; PostgreSQL's
+        # default READ COMMITTED would not give it.
+        self._read_engine = (
+            self.engine.execution_options(isolation_level="REPEATABLE READ")
+            if self.dialect == "postgresql"
+            else self.engine
+        )
+        # SQLite has one writer per file: queue this process's writers on a lock
+        # instead of letting them spin in the busy handler. An in-memory database
+        # is one shared connection, so its readers queue too.
+        self._writer_lock = asyncio.Lock() if self.is_sqlite else None
+        self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    @staticmethod
+    def _create_engine(url: URL, *, wal: bool, echo: bool, options: dict[str, Any]) -> AsyncEngine:
+        backend = url.get_backend_name()
+        defaults: dict[str, Any] = {}
+        if backend == "sqlite":
+            if url.database in (None, "", ":memory:"):
+                defaults["poolclass"] = StaticPool
+            else:
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        else:
+            defaults.update(pool_pre_ping=True, pool_recycle=1800)
+        try:
+            engine = create_async_engine(url, echo=echo, **{**defaults, **options})
+        except ModuleNotFoundError as exc:
+            driver = url.get_driver_name()
+            extra = _EXTRAS.get(driver, driver)
+            raise MissingDriverError(
+                f"the {driver!r} driver for {backend} is not installed: pip install {extra}"
+            ) from exc
+        if backend == "sqlite":
+            _sqlite_listeners(engine, wal=wal)
+        return engine
+
+    # -- schema ---------------------------------------------------------------
+
+    async def ensure_schema(self) -> None:
+        """Check (and unless ``verify_only``, migrate) the schema once per Database."""
+        if self._schema_ready:
+            return
+        from .schema import ensure_current
+
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await ensure_current(self)
+                self._schema_ready = True
+
+    # -- transactions ---------------------------------------------------------
+
+    async def read(self, work: Work[T]) -> T:
+        """Run ``work`` in one read transaction (a consistent snapshot)."""
+        await self.ensure_schema()
+        return await self.read_unchecked(work)
+
+    async def read_unchecked(self, work: Work[T]) -> T:
+        """``read`` without the schema check (the gate itself uses it)."""
+        self._check_open()
+        if self.is_memory:
+            assert self._writer_lock is not None
+            async with self._writer_lock:
+                return await self._read(work)
+        return await self._read(work)
+
+    async def _read(self, work: Work[T]) -> T:
+        try:
+            async with self._read_engine.connect() as conn:
+                return await work(conn)
+        except DBAPIError as exc:
+            raise translate(exc, self.url, committing=False) from exc
+
+    async def write(self, work: Work[T]) -> T:
+        """Run ``work`` in one write transaction: all of it commits or none of it.
+
+        The transaction runs in its own task, shielded from the caller's
+        cancellation, so a cancelled caller never leaves a half-applied write
+        (the write finishes or rolls back on its own; a retry under the same
+        key is then a no-op). Busy errors that provably happened before commit
+        are retried a bounded number of times.
+        """
+        await self.ensure_schema()
+        return await self.write_unchecked(work)
+
+    async def write_unchecked(self, work: Work[T]) -> T:
+        """``write`` without the schema check (the gate itself uses it)."""
+        self._check_open()
+        task = asyncio.ensure_future(self._write_with_retry(work))
+        self._inflight.add(task)
+        task.add_done_callback(self._forget)
+        return await asyncio.shield(task)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here so an abandoned failure is not logged as lost
+
+    async def _write_with_retry(self, work: Work[T]) -> T:
+        delay = 0.01
+        for attempt in range(_RETRIES):
+            try:
+                if self._writer_lock is None:
+                    return await self._write_once(work)
+                async with self._writer_lock:
+                    return await self._write_once(work)
+            except LoviaStoreError as exc:
+                if getattr(exc, "retry_safe", False) and attempt < _RETRIES - 1:
+                    await asyncio.sleep(delay)
+                    delay *= 2
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def _write_once(self, work: Work[T]) -> T:
+        committing = False
+        try:
+            async with self._write_engine.connect() as conn:
+                transaction = await conn.begin()
+                try:
+                    result = await work(conn)
+                except BaseException:
+                    await transaction.rollback()
+                    raise
+                committing = True
+                await transaction.commit()
+                return result
+        except DBAPIError as exc:
+            raise translate(exc, self.url, committing=committing) from exc
+
+    # -- lifetime -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UserError(f"{self.url}: this Database is closed")
+
+    async def close(self) -> None:
+        """Finish in-flight writes, then dispose the engine if we created it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> Database:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Database({self.url!r})"
+
+
+def as_database(
+    target: Database | AsyncEngine | str | os.PathLike[str], *, wal: bool = False
+) -> tuple[Database, bool]:
+    """The Database a store should use, and whether the store owns it."""
+    if isinstance(target, Database):
+        if wal:
+            raise UserError("wal applies when the store opens the database itself")
+        return target, False
+    return Database(target, wal=wal), True

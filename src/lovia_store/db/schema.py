@@ -1,0 +1,204 @@
+"""The schema gate: refuse what a newer version wrote, migrate what an older one did.
+
+Alembic owns every table; its version table is ``lovia_alembic_version``.
+``lovia_schema(store, version)`` carries lovia's per-store versions: a lovia
+0.9 file has the table with no rows (version 0, its own layout), and each of
+our revisions records the versions it brings. A row beyond what this code
+knows means a newer version wrote the database, and it is refused before
+anything is written to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import SchemaNotCurrentError, SchemaVersionError
+from .tables import VERSION_TABLE, metadata, schema_versions
+
+if TYPE_CHECKING:
+    from .database import Database
+
+__all__ = [
+    "KNOWN_VERSIONS",
+    "SchemaState",
+    "alembic_config",
+    "configure_context",
+    "ensure_current",
+    "head_revision",
+    "migrate",
+    "read_state",
+    "run_command_line",
+]
+
+KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 1, "raw_log": 1}
+"""The newest ``lovia_schema`` version of each store that this code can read."""
+
+LEGACY_VERSION = 0
+"""lovia 0.9's own layout; without our version table, anything newer is refused."""
+
+# Any constant works; it only has to be the same in every process.
+_PG_LOCK_KEY = 0x6C6F76696173
+_MYSQL_LOCK = "lovia_store_migrate"
+
+
+def alembic_config() -> Config:
+    """An Alembic config for the packaged scripts; no ini file needed."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(files("lovia_store") / "migrations"))
+    cfg.set_main_option("path_separator", "os")
+    return cfg
+
+
+@cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    head = _scripts().get_current_head()
+    assert head is not None
+    return head
+
+
+@cache
+def _known_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in _scripts().walk_revisions())
+
+
+def configure_context(context: Any, connection: Connection) -> None:
+    """The one place Alembic's context is configured, for both ways in."""
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        render_as_batch=True,
+        compare_type=True,
+    )
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    revision: str | None
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+def read_state(conn: Connection) -> SchemaState:
+    names = set(inspect(conn).get_table_names())
+    revision = None
+    if VERSION_TABLE in names:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        revision = ctx.get_current_revision()
+    versions: dict[str, int] = {}
+    if schema_versions.name in names:
+        rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
+        versions = {store: int(version) for store, version in rows}
+    return SchemaState(revision, versions)
+
+
+def refuse_newer(state: SchemaState, database: str) -> None:
+    """Raise ``SchemaVersionError`` if a newer version wrote this database."""
+    for store, version in sorted(state.versions.items()):
+        known = LEGACY_VERSION if state.revision is None else KNOWN_VERSIONS.get(store, 0)
+        if version > known:
+            raise SchemaVersionError(store=store, found=version, known=known, database=database)
+    if state.revision is not None and state.revision not in _known_revisions():
+        raise SchemaVersionError(
+            store="lovia-store schema",
+            found=state.revision,
+            known=head_revision(),
+            database=database,
+        )
+
+
+async def _lock(conn: AsyncConnection) -> None:
+    """Serialize migrations across processes; held until the transaction ends.
+
+    SQLite needs nothing more: the write transaction began IMMEDIATE, which
+    already holds the file's write lock.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+    elif conn.dialect.name in ("mysql", "mariadb"):
+        await conn.execute(text("SELECT GET_LOCK(:name, 600)"), {"name": _MYSQL_LOCK})
+
+
+async def _unlock(conn: AsyncConnection) -> None:
+    if conn.dialect.name in ("mysql", "mariadb"):
+        await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
+
+
+def _upgrade(conn: Connection, target: str) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, target)
+
+
+async def migrate(db: Database, target: str = "head") -> None:
+    """Bring ``db`` to ``target`` in one transaction, under the migration lock.
+
+    The state is read again once the lock is held: another process may have
+    migrated while this one waited, and then there is nothing left to do.
+    """
+
+    async def work(conn: AsyncConnection) -> None:
+        await _lock(conn)
+        try:
+            state = await conn.run_sync(read_state)
+            refuse_newer(state, db.url)
+            if state.revision != head_revision() or target != "head":
+                await conn.run_sync(_upgrade, target)
+        finally:
+            await _unlock(conn)
+
+    await db.write_unchecked(work)
+
+
+async def ensure_current(db: Database) -> None:
+    """The first-use check: cheap when current, and only then lock-free."""
+
+    async def look(conn: AsyncConnection) -> SchemaState:
+        return await conn.run_sync(read_state)
+
+    state = await db.read_unchecked(look)
+    refuse_newer(state, db.url)
+    if state.revision == head_revision():
+        return
+    if db.verify_only:
+        raise SchemaNotCurrentError(database=db.url, found=state.revision, expected=head_revision())
+    await migrate(db)
+
+
+async def run_command_line(context: Any, url: str) -> None:
+    """The ``alembic`` command line's path: same lock and same refusal as first use."""
+    from .database import Database
+
+    db = Database(url)
+    try:
+
+        async def work(conn: AsyncConnection) -> None:
+            await _lock(conn)
+            try:
+                refuse_newer(await conn.run_sync(read_state), db.url)
+
+                def run(sync_conn: Connection) -> None:
+                    configure_context(context, sync_conn)
+                    with context.begin_transaction():
+                        context.run_migrations()
+
+                await conn.run_sync(run)
+            finally:
+                await _unlock(conn)
+
+        await db.write_unchecked(work)
+    finally:
+        await db.close()

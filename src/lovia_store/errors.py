@@ -1,0 +1,104 @@
+"""One rooted error hierarchy; driver errors are translated into it at the boundary."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "LoviaStoreError",
+    "MissingDriverError",
+    "SchemaNotCurrentError",
+    "SchemaVersionError",
+    "SnapshotConflictError",
+    "StoreBusyError",
+    "StoreUnavailableError",
+    "UnknownEntryTypeError",
+    "UserError",
+]
+
+
+class LoviaStoreError(Exception):
+    """Root of every error this package raises."""
+
+
+class UserError(LoviaStoreError, ValueError):
+    """The call itself is wrong (bad argument, forbidden policy, missing run)."""
+
+
+class UnknownEntryTypeError(LoviaStoreError, ValueError):
+    """A stored or supplied entry has a ``type`` this version does not know."""
+
+    def __init__(self, entry_type: object) -> None:
+        self.entry_type = entry_type
+        super().__init__(f"unknown transcript entry type: {entry_type!r}")
+
+
+class SchemaVersionError(LoviaStoreError):
+    """The database was written by a newer version; nothing was written to it."""
+
+    def __init__(self, *, store: str, found: object, known: object, database: str) -> None:
+        self.store = store
+        self.found = found
+        self.known = known
+        self.database = database
+        super().__init__(
+            f"{database}: store {store!r} is at schema version {found}, but this "
+            f"lovia-store knows only up to version {known}; it was written by a newer "
+            "version: upgrade lovia-store (upgrade lovia) to open it"
+        )
+
+
+class SchemaNotCurrentError(LoviaStoreError):
+    """Verify-only mode found a database that still needs ``lovia-store upgrade``."""
+
+    def __init__(self, *, database: str, found: str | None, expected: str) -> None:
+        self.database = database
+        self.found = found
+        self.expected = expected
+        super().__init__(
+            f"{database}: schema revision is {found or 'empty'}, expected {expected}; "
+            "run `lovia-store upgrade` (or open it without verify_only) first"
+        )
+
+
+class ConflictError(LoviaStoreError):
+    """A write lost a race or broke a uniqueness rule."""
+
+
+class SnapshotConflictError(ConflictError, ValueError):
+    """``expected_version`` is not the session's latest snapshot version."""
+
+    def __init__(self, *, session_id: str, expected: int, actual: int | None) -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"session {session_id!r}: expected snapshot version {expected}, "
+            f"but the latest is {actual if actual is not None else 'unknown'}"
+        )
+
+
+class StoreBusyError(LoviaStoreError):
+    """The database was locked or busy.
+
+    ``retry_safe`` is true when the failure happened before anything could have
+    been committed, so repeating the same call cannot apply it twice.
+    """
+
+    def __init__(self, message: str, *, retry_safe: bool) -> None:
+        self.retry_safe = retry_safe
+        super().__init__(message)
+
+
+class StoreUnavailableError(LoviaStoreError):
+    """The database could not be reached or failed in a way we cannot classify.
+
+    ``retry_safe`` is true only when the connection was lost before COMMIT.
+    """
+
+    def __init__(self, message: str, *, retry_safe: bool = False) -> None:
+        self.retry_safe = retry_safe
+        super().__init__(message)
+
+
+class MissingDriverError(LoviaStoreError, ImportError):
+    """The async driver for the URL's dialect is not installed."""

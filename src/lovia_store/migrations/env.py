@@ -1,0 +1,35 @@
+"""Alembic environment for lovia-store.
+
+Two ways in. From code (``lovia_store.upgrade``, a store's first use) the
+caller's connection arrives in ``config.attributes["connection"]``, already
+inside the transaction that holds the migration lock, and migrations run on it
+in the caller's event loop. From the ``alembic`` command line there is no
+connection: the URL comes from ``-x url=...``, ``$LOVIA_STORE_URL`` or
+``sqlalchemy.url``, and the same locked procedure runs in a fresh loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+
+from lovia_store.db.schema import configure_context, run_command_line
+
+config = context.config
+connection = config.attributes.get("connection")
+
+if connection is not None:
+    configure_context(context, connection)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    url = (
+        context.get_x_argument(as_dictionary=True).get("url")
+        or os.environ.get("LOVIA_STORE_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    if not url:
+        raise SystemExit("no database URL: pass -x url=... or set LOVIA_STORE_URL")
+    asyncio.run(run_command_line(context, url))

@@ -1,0 +1,105 @@
+"""``InMemorySession``: the session contract in a dict, for tests and ephemeral chat."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+from uuid import uuid4
+
+from .._json import dump_object, load_object
+from ..entries import ToolResultEntry, TranscriptEntry, check_entries
+from .segments import Segment, check_id, check_non_negative, rewind_split, trim_entry
+
+__all__ = ["InMemorySession"]
+
+
+class InMemorySession:
+    """Keeps segments in process memory; nothing survives the process.
+
+    Behaves exactly like the SQL stores (the same contract suite runs on
+    both): meta is copied on the way in and out, so a caller never shares a
+    dict with the store.
+    """
+
+    def __init__(self) -> None:
+        self._segments: dict[str, list[Segment]] = {}
+        self._lock = asyncio.Lock()
+
+    async def segments(self, session_id: str) -> list[Segment]:
+        check_id(session_id, "session_id")
+        async with self._lock:
+            return [_copy(segment) for segment in self._segments.get(session_id, [])]
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]:
+        return [entry for segment in await self.segments(session_id) for entry in segment.entries]
+
+    async def append(
+        self,
+        session_id: str,
+        entries: Sequence[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        check_id(session_id, "session_id")
+        run_id = uuid4().hex if run_id is None else check_id(run_id, "run_id")
+        stored = check_entries(entries)
+        meta_text = None if meta is None else dump_object(meta, "meta")
+        async with self._lock:
+            segments = self._segments.setdefault(session_id, [])
+            if not any(segment.run_id == run_id for segment in segments):
+                segments.append(Segment(run_id, stored, load_object(meta_text)))
+            return run_id
+
+    async def clear(self, session_id: str) -> None:
+        check_id(session_id, "session_id")
+        async with self._lock:
+            self._segments.pop(session_id, None)
+
+    async def trim_tool_results(
+        self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
+    ) -> int:
+        """Truncate tool outputs older than the last ``keep_runs`` runs; idempotent."""
+        check_id(session_id, "session_id")
+        check_non_negative(keep_chars, "keep_chars")
+        check_non_negative(keep_runs, "keep_runs")
+        async with self._lock:
+            segments = self._segments.get(session_id, [])
+            old = len(segments) - keep_runs
+            trimmed = 0
+            for index in range(max(old, 0)):
+                segment = segments[index]
+                entries: list[TranscriptEntry] = []
+                for entry in segment.entries:
+                    short = None
+                    if isinstance(entry, ToolResultEntry):
+                        short = trim_entry(entry, keep_chars)
+                    entries.append(short or entry)
+                    trimmed += short is not None
+                segments[index] = Segment(segment.run_id, entries, segment.meta)
+            return trimmed
+
+    async def rewind(self, session_id: str, *, keep_entries: int) -> int:
+        """Drop everything after the first ``keep_entries`` entries of ``load()``."""
+        check_id(session_id, "session_id")
+        check_non_negative(keep_entries, "keep_entries")
+        async with self._lock:
+            kept, boundary, removed = rewind_split(self._segments.get(session_id, []), keep_entries)
+            if removed:
+                self._segments[session_id] = kept + ([boundary] if boundary else [])
+            return removed
+
+    async def close(self) -> None:
+        """Nothing to release; present so every store closes the same way."""
+
+    async def __aenter__(self) -> InMemorySession:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+
+def _copy(segment: Segment) -> Segment:
+    meta = None if segment.meta is None else load_object(dump_object(segment.meta, "meta"))
+    return Segment(segment.run_id, list(segment.entries), meta)

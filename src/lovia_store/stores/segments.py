@@ -1,0 +1,131 @@
+"""The lovia ``Session`` contract and the rules every implementation shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..entries import ToolResultEntry, TranscriptEntry, drop_dangling_tool_calls
+from ..errors import UserError
+
+__all__ = [
+    "TRIM_SENTINEL",
+    "Segment",
+    "Session",
+    "check_id",
+    "check_non_negative",
+    "rewind_split",
+    "trim_entry",
+    "trim_marker",
+]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One finished run in a session: its id, its entries, its opaque meta."""
+
+    run_id: str
+    entries: list[TranscriptEntry]
+    meta: dict[str, Any] | None = field(default=None)
+
+
+@runtime_checkable
+class Session(Protocol):
+    """Conversation history as append-only per-run segments.
+
+    ``append`` is atomic and idempotent by ``run_id``: appending again under a
+    stored run id changes nothing and returns that id. A stored run is never
+    replaced. ``load`` is the flat concatenation of ``segments`` in run order.
+    """
+
+    async def segments(self, session_id: str) -> list[Segment]: ...
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]: ...
+
+    async def append(
+        self,
+        session_id: str,
+        entries: Sequence[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str: ...
+
+    async def clear(self, session_id: str) -> None: ...
+
+
+def check_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > 255:
+        raise UserError(f"{what} is {len(value)} characters long; the limit is 255")
+    return value
+
+
+def check_non_negative(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{what} must be an integer, got {value!r}")
+    if value < 0:
+        raise UserError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+# The fixed tail of every trim marker (the same as lovia's): an output that
+# ends with it is already trimmed, which makes a periodic trim idempotent.
+TRIM_SENTINEL = "archived to a result store]"
+
+
+def trim_marker(dropped: int) -> str:
+    return (
+        f"\n[... {dropped:,} chars trimmed from stored history; the full output is "
+        f"recoverable only if it was {TRIM_SENTINEL}"
+    )
+
+
+def trim_entry(entry: ToolResultEntry, keep_chars: int) -> ToolResultEntry | None:
+    """The trimmed form of a tool result, or None when trimming would not shrink it.
+
+    Structure is kept (call id, error flag, position); ``raw`` and ``parts``
+    go with the output they mirror.
+    """
+    if entry.output.endswith(TRIM_SENTINEL):
+        return None
+    dropped = len(entry.output) - keep_chars
+    marker = trim_marker(dropped)
+    if dropped <= len(marker):
+        return None
+    return ToolResultEntry(
+        call_id=entry.call_id,
+        output=entry.output[:keep_chars] + marker,
+        is_error=entry.is_error,
+    )
+
+
+def rewind_split(
+    segments: Sequence[Segment], keep_entries: int
+) -> tuple[list[Segment], Segment | None, int]:
+    """Cut ``segments`` after ``keep_entries`` flat entries.
+
+    Returns the segments kept whole, the truncated segment the cut lands in
+    (made tool-consistent and stripped of its meta, or None), and the number
+    of entries removed; 0 means nothing changes.
+    """
+    total = sum(len(segment.entries) for segment in segments)
+    if keep_entries >= total:
+        return list(segments), None, 0
+    kept: list[Segment] = []
+    boundary: Segment | None = None
+    remaining = keep_entries
+    for segment in segments:
+        if remaining >= len(segment.entries) and (remaining > 0 or segment.entries):
+            kept.append(segment)
+            remaining -= len(segment.entries)
+            continue
+        if remaining > 0:
+            entries = drop_dangling_tool_calls(segment.entries[:remaining])
+            if entries:
+                boundary = Segment(segment.run_id, entries, None)
+        break
+    kept_total = sum(len(s.entries) for s in kept) + (len(boundary.entries) if boundary else 0)
+    return kept, boundary, total - kept_total

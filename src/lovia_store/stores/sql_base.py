@@ -1,0 +1,39 @@
+"""What every SQL store shares: a Database it either owns or borrows."""
+
+from __future__ import annotations
+
+import os
+from typing import Self
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..db.database import Database, as_database
+
+__all__ = ["SQLStore", "StoreTarget"]
+
+StoreTarget = Database | AsyncEngine | str | os.PathLike[str]
+
+
+class SQLStore:
+    """Base of the SQL stores: ``target`` is a Database, an engine, a URL or a path.
+
+    A store built on a ``Database`` borrows it; one built on anything else
+    owns the Database it creates, and ``close()`` releases it (an engine the
+    caller passed in is never disposed).
+    """
+
+    def __init__(self, target: StoreTarget, *, wal: bool = False) -> None:
+        self.database, self._owns_database = as_database(target, wal=wal)
+
+    async def close(self) -> None:
+        if self._owns_database:
+            await self.database.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.url!r})"

@@ -1,0 +1,357 @@
+"""``SQLSession``: lovia's session contract on the shared Raw Log schema.
+
+A session's entries are rows of ``lovia_messages`` in sequence order; each
+finished run also has a ``lovia_session_runs`` row (its position, the range it
+covers, its meta) whose primary key makes ``append`` idempotent by run id.
+Messages written one at a time through the Raw Log API belong to no run: in
+the segment view, consecutive messages that share a ``request_id`` form one
+segment whose run id is that request id and whose meta is None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any
+from uuid import uuid4
+
+from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .._json import dump_object, load_object
+from ..db.dialect import bump_session, insert_ignore
+from ..db.tables import messages, session_runs, sessions, snapshots
+from ..db.types import utcnow
+from ..entries import (
+    ToolResultEntry,
+    TranscriptEntry,
+    check_entries,
+    entries_from_json_rows,
+    entry_to_json,
+)
+from .segments import (
+    TRIM_SENTINEL,
+    Segment,
+    check_id,
+    check_non_negative,
+    trim_entry,
+)
+from .sql_base import SQLStore, StoreTarget
+
+__all__ = ["SQLSession", "SQLiteSession"]
+
+m = messages.c
+r = session_runs.c
+
+
+class _AlreadyStored(Exception):
+    """Rolls back an append whose run id is already stored (the idempotent no-op)."""
+
+
+class SQLSession(SQLStore):
+    """Lovia sessions on any SQL backend; see ``Session`` for the contract."""
+
+    def __init__(self, target: StoreTarget) -> None:
+        super().__init__(target)
+
+    # -- reading --------------------------------------------------------------
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]:
+        """Every entry of the session, in order (the flat view of ``segments``)."""
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            query = select(m.entry_json).where(m.session_id == session_id).order_by(m.sequence)
+            return list((await conn.execute(query)).scalars())
+
+        return entries_from_json_rows(await self.database.read(work))
+
+    async def segments(self, session_id: str) -> list[Segment]:
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> tuple[Sequence[Any], Sequence[Any]]:
+            rows = await conn.execute(
+                select(m.request_id, m.run_id, m.entry_json)
+                .where(m.session_id == session_id)
+                .order_by(m.sequence)
+            )
+            runs = await conn.execute(
+                select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
+                .where(r.session_id == session_id)
+                .order_by(r.position)
+            )
+            return rows.all(), runs.all()
+
+        rows, runs = await self.database.read(work)
+        return _build_segments(rows, runs)
+
+    # -- writing --------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        entries: Sequence[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
+        check_id(session_id, "session_id")
+        run_id = uuid4().hex if run_id is None else check_id(run_id, "run_id")
+        stored = check_entries(entries)
+        meta_json = None if meta is None else dump_object(meta, "meta")
+        documents = [entry_to_json(entry) for entry in stored]
+        count = len(stored)
+
+        async def work(conn: AsyncConnection) -> None:
+            now = utcnow()
+            last, position = await bump_session(conn, session_id, messages=count, runs=1, now=now)
+            first = last - count + 1
+            run = {
+                "session_id": session_id,
+                "run_id": run_id,
+                "position": position,
+                "first_sequence": first,
+                "entry_count": count,
+                "meta_json": meta_json,
+                "created_at": now,
+            }
+            if not await insert_ignore(conn, session_runs, run):
+                raise _AlreadyStored
+            if stored:
+                await conn.execute(
+                    messages.insert(),
+                    [
+                        {
+                            "session_id": session_id,
+                            "sequence": first + i,
+                            "request_id": run_id,
+                            "run_id": run_id,
+                            "entry_type": entry.type,
+                            "call_id": getattr(entry, "call_id", None),
+                            "entry_json": document,
+                            "created_at": now,
+                        }
+                        for i, (entry, document) in enumerate(zip(stored, documents, strict=True))
+                    ],
+                )
+
+        with contextlib.suppress(_AlreadyStored):
+            await self.database.write(work)
+        return run_id
+
+    async def clear(self, session_id: str) -> None:
+        """Delete the session: its entries, runs, snapshots and identity."""
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> None:
+            await delete_session_rows(conn, session_id)
+
+        await self.database.write(work)
+
+    async def trim_tool_results(
+        self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
+    ) -> int:
+        """Truncate stored tool outputs older than the last ``keep_runs`` runs.
+
+        Order, count and call-id pairing are preserved and a trimmed output is
+        recognised by its marker, so running it again is a no-op. Returns how
+        many outputs were trimmed.
+        """
+        check_id(session_id, "session_id")
+        check_non_negative(keep_chars, "keep_chars")
+        check_non_negative(keep_runs, "keep_runs")
+
+        async def work(conn: AsyncConnection) -> int:
+            cutoff = await _first_kept_sequence(conn, session_id, keep_runs)
+            query = select(m.sequence, m.entry_json).where(
+                m.session_id == session_id,
+                m.entry_type == "tool_result",
+                func.length(m.entry_json) > keep_chars,
+                m.entry_json.not_like(f'%{TRIM_SENTINEL}"%'),
+            )
+            if cutoff is not None:
+                query = query.where(m.sequence < cutoff)
+            changes = []
+            for sequence, document in await conn.execute(query):
+                entry = entries_from_json_rows([document])[0]
+                assert isinstance(entry, ToolResultEntry)
+                short = trim_entry(entry, keep_chars)
+                if short is not None:
+                    changes.append({"seq": sequence, "doc": entry_to_json(short)})
+            if changes:
+                await conn.execute(
+                    update(messages)
+                    .where(m.session_id == session_id, m.sequence == bindparam("seq"))
+                    .values(entry_json=bindparam("doc")),
+                    changes,
+                )
+            return len(changes)
+
+        return await self.database.write(work)
+
+    async def rewind(self, session_id: str, *, keep_entries: int) -> int:
+        """Drop everything after the first ``keep_entries`` entries of ``load()``.
+
+        Whole later runs go; the run the cut lands in is truncated, loses its
+        dangling tool calls and its meta. Compaction snapshots that cover any
+        removed entry go too. Returns the number of entries removed.
+        """
+        check_id(session_id, "session_id")
+        check_non_negative(keep_entries, "keep_entries")
+
+        async def work(conn: AsyncConnection) -> int:
+            return await rewind_rows(conn, session_id, keep_entries)
+
+        return await self.database.write(work)
+
+
+class SQLiteSession(SQLSession):
+    """``SQLSession`` on a SQLite file; ``wal=True`` for files shared by several writers."""
+
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
+        SQLStore.__init__(self, path, wal=wal)
+
+
+def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
+    entries = entries_from_json_rows([row.entry_json for row in rows])
+    metas = {run.run_id: run.meta_json for run in runs}
+    # Runs with no entries have no rows to carry them; they sit before the
+    # message that followed them.
+    empty = [(run.first_sequence, run.run_id) for run in runs if run.entry_count == 0]
+    out: list[Segment] = []
+    key: tuple[str | None, str] | None = None
+    start = 0
+    emitted = 0
+
+    def flush(end: int) -> None:
+        if key is not None and end > start:
+            run_id, request_id = key
+            meta = load_object(metas.get(run_id)) if run_id is not None else None
+            out.append(Segment(run_id or request_id, entries[start:end], meta))
+
+    for index, row in enumerate(rows):
+        while emitted < len(empty) and empty[emitted][0] <= index + 1:
+            flush(index)
+            start, key = index, None
+            out.append(Segment(empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
+            emitted += 1
+        row_key = (row.run_id, row.request_id)
+        if row_key != key:
+            flush(index)
+            start, key = index, row_key
+    flush(len(rows))
+    for _, run_id in empty[emitted:]:
+        out.append(Segment(run_id, [], load_object(metas[run_id])))
+    return out
+
+
+async def _first_kept_sequence(
+    conn: AsyncConnection, session_id: str, keep_runs: int
+) -> int | None:
+    """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
+    if keep_runs == 0:
+        return None
+    rows = await conn.stream(
+        select(m.sequence, m.run_id, m.request_id)
+        .where(m.session_id == session_id)
+        .order_by(m.sequence.desc())
+    )
+    seen = 0
+    key: tuple[str | None, str] | None = None
+    first: int | None = None
+    async for sequence, run_id, request_id in rows:
+        if (run_id, request_id) != key:
+            if seen == keep_runs:
+                await rows.close()
+                return first
+            seen += 1
+            key = (run_id, request_id)
+        first = sequence
+    return 0
+
+
+async def rewind_rows(conn: AsyncConnection, session_id: str, keep_entries: int) -> int:
+    """Rewind inside the caller's transaction (the checkpoint-aware rewind reuses it)."""
+    cut_row = (
+        await conn.execute(
+            select(m.sequence, m.run_id, m.request_id)
+            .where(m.session_id == session_id)
+            .order_by(m.sequence)
+            .limit(1)
+            .offset(keep_entries)
+        )
+    ).first()
+    if cut_row is None:
+        return 0
+    cut = int(cut_row.sequence)
+    # The part of the cut segment that stays: contiguous rows before the cut
+    # with the same run/request. Its tool calls without a result go too.
+    before = await conn.stream(
+        select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
+        .where(m.session_id == session_id, m.sequence < cut)
+        .order_by(m.sequence.desc())
+    )
+    kept_part: list[Any] = []
+    async for row in before:
+        if (row.run_id, row.request_id) != (cut_row.run_id, cut_row.request_id):
+            break
+        kept_part.append(row)
+    await before.close()
+    answered = {row.call_id for row in kept_part if row.entry_type == "tool_result"}
+    dangling = [
+        int(row.sequence)
+        for row in kept_part
+        if row.entry_type == "tool_call" and row.call_id not in answered
+    ]
+    removed_tail = (
+        await conn.execute(delete(messages).where(m.session_id == session_id, m.sequence >= cut))
+    ).rowcount
+    if dangling:
+        await conn.execute(
+            delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling))
+        )
+    removed = int(removed_tail) + len(dangling)
+    await conn.execute(
+        delete(session_runs).where(r.session_id == session_id, r.first_sequence >= cut)
+    )
+    if cut_row.run_id is not None and kept_part:
+        remaining = len(kept_part) - len(dangling)
+        boundary = (r.session_id == session_id) & (r.run_id == cut_row.run_id)
+        if remaining:
+            await conn.execute(
+                update(session_runs).where(boundary).values(meta_json=None, entry_count=remaining)
+            )
+        else:
+            await conn.execute(delete(session_runs).where(boundary))
+    lowest_removed = min([cut, *dangling])
+    await conn.execute(
+        delete(snapshots).where(
+            snapshots.c.session_id == session_id,
+            snapshots.c.compacted_through_sequence >= lowest_removed,
+        )
+    )
+    latest_version = (
+        select(func.coalesce(func.max(snapshots.c.version), 0))
+        .where(snapshots.c.session_id == session_id)
+        .scalar_subquery()
+    )
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.session_id == session_id)
+        .values(
+            message_count=sessions.c.message_count - removed,
+            snapshot_version=latest_version,
+            updated_at=utcnow(),
+        )
+    )
+    return removed
+
+
+async def delete_session_rows(conn: AsyncConnection, session_id: str) -> bool:
+    """Delete a session and everything it owns; True when it existed."""
+    for table in (messages, session_runs, snapshots):
+        await conn.execute(delete(table).where(table.c.session_id == session_id))
+    result = await conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+    return bool(result.rowcount)
