@@ -52,7 +52,7 @@ def _to_url(target: str | os.PathLike[str]) -> URL:
     return url
 
 
-def _sqlite_listeners(engine: AsyncEngine, *, wal: bool) -> None:
+def _sqlite_listeners(engine: AsyncEngine, *, wal: bool, busy_timeout: float) -> None:
     """Pragmas on connect, and BEGIN IMMEDIATE for writes.
 
     pysqlite's own transaction handling is turned off so that a write takes the
@@ -68,7 +68,7 @@ def _sqlite_listeners(engine: AsyncEngine, *, wal: bool) -> None:
         if wal:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -84,6 +84,9 @@ class Database:
     ``AsyncEngine`` the caller owns. ``close()`` disposes only an engine this
     object created. ``verify_only=True`` never migrates: an out-of-date database
     raises ``SchemaNotCurrentError`` (for deployments that migrate as a step).
+    On SQLite, ``wal=True`` selects WAL journaling with ``synchronous=NORMAL``,
+    and ``busy_timeout`` is how long (seconds) a writer waits for another
+    process's lock before the write fails with ``StoreBusyError``.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Database:
         wal: bool = False,
         echo: bool = False,
         verify_only: bool = False,
+        busy_timeout: float = 5.0,
         **engine_options: Any,
     ) -> None:
         self.verify_only = verify_only
@@ -107,7 +111,9 @@ class Database:
             self._owns_engine = False
         elif isinstance(target, str | os.PathLike):
             url = _to_url(target)
-            self.engine = self._create_engine(url, wal=wal, echo=echo, options=engine_options)
+            self.engine = self._create_engine(
+                url, wal=wal, echo=echo, busy_timeout=busy_timeout, options=engine_options
+            )
             self._owns_engine = True
         else:
             raise UserError(
@@ -135,7 +141,9 @@ class Database:
         self._closed = False
 
     @staticmethod
-    def _create_engine(url: URL, *, wal: bool, echo: bool, options: dict[str, Any]) -> AsyncEngine:
+    def _create_engine(
+        url: URL, *, wal: bool, echo: bool, busy_timeout: float, options: dict[str, Any]
+    ) -> AsyncEngine:
         backend = url.get_backend_name()
         defaults: dict[str, Any] = {}
         if backend == "sqlite":
@@ -154,7 +162,7 @@ class Database:
                 f"the {driver!r} driver for {backend} is not installed: pip install {extra}"
             ) from exc
         if backend == "sqlite":
-            _sqlite_listeners(engine, wal=wal)
+            _sqlite_listeners(engine, wal=wal, busy_timeout=busy_timeout)
         return engine
 
     # -- schema ---------------------------------------------------------------
@@ -180,13 +188,9 @@ class Database:
     async def read_unchecked(self, work: Work[T]) -> T:
         """``read`` without the schema check (the gate itself uses it)."""
         self._check_open()
-        if self.is_memory:
-            assert self._writer_lock is not None
-            async with self._writer_lock:
-                return await self._read(work)
-        return await self._read(work)
+        return await self._retrying(lambda: self._read_once(work), serialize=self.is_memory)
 
-    async def _read(self, work: Work[T]) -> T:
+    async def _read_once(self, work: Work[T]) -> T:
         try:
             async with self._read_engine.connect() as conn:
                 return await work(conn)
@@ -208,7 +212,9 @@ class Database:
     async def write_unchecked(self, work: Work[T]) -> T:
         """``write`` without the schema check (the gate itself uses it)."""
         self._check_open()
-        task = asyncio.ensure_future(self._write_with_retry(work))
+        task = asyncio.ensure_future(
+            self._retrying(lambda: self._write_once(work), serialize=True)
+        )
         self._inflight.add(task)
         task.add_done_callback(self._forget)
         return await asyncio.shield(task)
@@ -218,20 +224,20 @@ class Database:
         if not task.cancelled():
             task.exception()  # retrieved here so an abandoned failure is not logged as lost
 
-    async def _write_with_retry(self, work: Work[T]) -> T:
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], *, serialize: bool) -> T:
+        """Run ``attempt``, again after a short pause while it fails retry-safely."""
         delay = 0.01
-        for attempt in range(_RETRIES):
+        for remaining in range(_RETRIES - 1, -1, -1):
             try:
-                if self._writer_lock is None:
-                    return await self._write_once(work)
+                if not serialize or self._writer_lock is None:
+                    return await attempt()
                 async with self._writer_lock:
-                    return await self._write_once(work)
+                    return await attempt()
             except LoviaStoreError as exc:
-                if getattr(exc, "retry_safe", False) and attempt < _RETRIES - 1:
-                    await asyncio.sleep(delay)
-                    delay *= 2
-                    continue
-                raise
+                if not (getattr(exc, "retry_safe", False) and remaining):
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
         raise AssertionError("unreachable")
 
     async def _write_once(self, work: Work[T]) -> T:

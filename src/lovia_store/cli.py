@@ -1,0 +1,163 @@
+"""The ``lovia-store`` command line: schema upgrades and a readable look at sessions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .db.database import Database
+from .db.tables import session_runs, sessions
+from .entries import (
+    AssistantTextEntry,
+    InputEntry,
+    ReasoningEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    TranscriptEntry,
+)
+from .errors import LoviaStoreError
+from .stores.sql_sessions import SQLSession
+from .upgrade import check, upgrade
+
+__all__ = ["main"]
+
+DEFAULT_FILE = "lovia-store.sqlite3"
+
+
+def default_url() -> str:
+    return (
+        os.environ.get("LOVIA_STORE_URL") or f"sqlite+aiosqlite:///{os.path.abspath(DEFAULT_FILE)}"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lovia-store",
+        description="Durable conversation history and run checkpoints for LLM agents.",
+        epilog=(
+            "URL is a SQLAlchemy URL (sqlite+aiosqlite:///file, postgresql+asyncpg://..., "
+            "mysql+asyncmy://...) or a SQLite path. Without one, $LOVIA_STORE_URL is used, "
+            f"else the SQLite file ./{DEFAULT_FILE} in the working directory."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("upgrade", "bring the database to the current schema (creates it if needed)"),
+        ("check", "exit 1 unless the database is at the current schema; never writes"),
+        ("sessions", "list sessions with their run and entry counts"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        command.add_argument("url", nargs="?", help="database URL or SQLite path")
+    show = commands.add_parser("show", help="print one session's transcript, run by run")
+    show.add_argument("session_id")
+    show.add_argument("url", nargs="?", help="database URL or SQLite path")
+    return parser
+
+
+async def _list_sessions(db: Database) -> list[Any]:
+    runs = (
+        select(func.count())
+        .where(session_runs.c.session_id == sessions.c.session_id)
+        .scalar_subquery()
+    )
+    query = select(
+        sessions.c.session_id, runs, sessions.c.message_count, sessions.c.updated_at
+    ).order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
+
+    async def work(conn: AsyncConnection) -> list[Any]:
+        return list((await conn.execute(query)).all())
+
+    return await db.read(work)
+
+
+def _print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
+    cells = [list(map(str, headers)), *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(entry: TranscriptEntry) -> str:
+    """One readable line for an entry."""
+    if isinstance(entry, InputEntry):
+        content = entry.content
+        if not isinstance(content, str):
+            content = " ".join(getattr(p, "text", None) or f"<{p.type}>" for p in content)
+        return f"{entry.role:>9}: {_clip(content)}"
+    if isinstance(entry, AssistantTextEntry):
+        return f"assistant: {_clip(entry.content)}"
+    if isinstance(entry, ReasoningEntry):
+        return f"reasoning: {_clip(entry.content)}"
+    if isinstance(entry, ToolCallEntry):
+        return f"     tool> {entry.name}({_clip(entry.arguments, 120)})  [{entry.call_id}]"
+    assert isinstance(entry, ToolResultEntry)
+    flag = " (error)" if entry.is_error else ""
+    return f"     tool< {_clip(entry.output)}{flag}  [{entry.call_id}]"
+
+
+async def _show(db: Database, session_id: str) -> int:
+    store = SQLSession(db)
+    segments = await store.segments(session_id)
+    if not segments:
+        print(f"no session {session_id!r} in {db.url}")
+        return 1
+    for number, segment in enumerate(segments, start=1):
+        timing = (segment.meta or {}).get("timing")
+        took = ""
+        if isinstance(timing, dict) and {"started_at", "finished_at"} <= timing.keys():
+            took = f"  ({timing['finished_at'] - timing['started_at']:.2f}s)"
+        print(f"── run {number}: {segment.run_id}{took}")
+        for entry in segment.entries:
+            print("  " + describe(entry))
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    url = args.url or default_url()
+    if args.command == "upgrade":
+        await upgrade(url)
+        print(f"{Database(url).url}: schema is current")
+        return 0
+    if args.command == "check":
+        await check(url)
+        print("schema is current")
+        return 0
+    async with Database(url) as db:
+        if args.command == "sessions":
+            rows = await _list_sessions(db)
+            if not rows:
+                print(f"no sessions in {db.url}")
+                return 0
+            _print_table(
+                [(r[0], r[1], r[2], f"{r[3]:%Y-%m-%d %H:%M:%S}") for r in rows],
+                ("session", "runs", "entries", "last activity (UTC)"),
+            )
+            return 0
+        return await _show(db, args.session_id)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_run(args))
+    except LoviaStoreError as exc:
+        print(f"lovia-store: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

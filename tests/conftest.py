@@ -1,0 +1,144 @@
+"""Backends for the contract suites, and the servers the tests need.
+
+Server backends read their URLs from the environment:
+``LOVIA_TEST_POSTGRES_URL`` names a database on the server that the tests may
+connect to; each test gets a fresh database created beside it and dropped
+afterwards. Without the variable those tests skip, unless
+``LOVIA_TEST_REQUIRE_SERVERS=1`` (CI sets it): then a missing server fails
+the run instead of silently skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from lovia_store import InMemorySession, SQLiteSession, SQLSession
+
+HERE = Path(__file__).resolve().parent
+LEGACY = Path(
+    os.environ.get("LOVIA_LEGACY_FIXTURES", HERE.parents[1] / "shared" / "fixtures" / "legacy")
+)
+
+SQLITE_KINDS = ("sqlite", "sqlite_wal")
+SERVER_KINDS = ("postgres",)
+SQL_KINDS = SQLITE_KINDS + SERVER_KINDS
+ALL_KINDS = ("memory", *SQL_KINDS)
+
+
+def server_url(variable: str) -> str:
+    url = os.environ.get(variable)
+    if not url:
+        if os.environ.get("LOVIA_TEST_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"{variable} is not set but LOVIA_TEST_REQUIRE_SERVERS=1")
+        pytest.skip(f"{variable} is not set")
+    return url
+
+
+async def _pg_admin(sql: str) -> None:
+    url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+    conn = await asyncpg.connect(
+        host=url.host,
+        port=url.port or 5432,
+        user=url.username,
+        password=url.password,
+        database=url.database,
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def create_pg_database() -> str:
+    """A new empty PostgreSQL database; returns its asyncpg URL."""
+    name = f"lovia_t_{uuid.uuid4().hex[:16]}"
+    await _pg_admin(f'CREATE DATABASE "{name}"')
+    url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+    return url.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+        hide_password=False
+    )
+
+
+async def drop_pg_database(url: str) -> None:
+    await _pg_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    url = await create_pg_database()
+    try:
+        yield url
+    finally:
+        await drop_pg_database(url)
+
+
+@dataclass
+class Backend:
+    """One backend of the contract suite: where its data lives and how to open it."""
+
+    kind: str
+    target: str | None
+
+    @property
+    def durable(self) -> bool:
+        return self.kind != "memory"
+
+    def session(self) -> InMemorySession | SQLSession:
+        if self.kind == "memory":
+            return InMemorySession()
+        assert self.target is not None
+        if self.kind in SQLITE_KINDS:
+            return SQLiteSession(self.target, wal=self.kind == "sqlite_wal")
+        return SQLSession(self.target)
+
+
+async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    if kind == "memory":
+        yield Backend(kind, None)
+    elif kind in SQLITE_KINDS:
+        yield Backend(kind, str(tmp_path / "store.sqlite3"))
+    else:
+        url = await create_pg_database()
+        try:
+            yield Backend(kind, url)
+        finally:
+            await drop_pg_database(url)
+
+
+@pytest.fixture(params=ALL_KINDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Every backend, memory included."""
+    async for value in _backend(request.param, tmp_path):
+        yield value
+
+
+@pytest.fixture(params=SQL_KINDS)
+async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Every SQL backend."""
+    async for value in _backend(request.param, tmp_path):
+        yield value
+
+
+@pytest.fixture
+def legacy_copy(tmp_path: Path) -> Callable[[str], Path]:
+    """Copy a legacy fixture into a writable folder (shared/ is read-only in CI)."""
+
+    def copy(name: str) -> Path:
+        source = LEGACY / name
+        if not source.exists():
+            pytest.fail(f"legacy fixture {source} is missing (set LOVIA_LEGACY_FIXTURES)")
+        target = tmp_path / name
+        shutil.copyfile(source, target)
+        return target
+
+    return copy

@@ -1,0 +1,171 @@
+"""``Database``: engine ownership, SQLite settings, typed errors, all-or-nothing writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+
+from conftest import Backend
+from helpers import a_run
+from lovia_store import (
+    ConflictError,
+    Database,
+    MissingDriverError,
+    SQLiteSession,
+    SQLSession,
+    StoreBusyError,
+    UserError,
+)
+from lovia_store.db.tables import schema_versions
+
+
+async def pragma(db: Database, name: str) -> object:
+    async def work(conn: AsyncConnection) -> object:
+        return (await conn.execute(text(f"PRAGMA {name}"))).scalar()
+
+    return await db.read(work)
+
+
+async def test_sqlite_settings(tmp_path: Path) -> None:
+    async with Database(tmp_path / "plain.sqlite3") as plain:
+        assert await pragma(plain, "journal_mode") == "delete"
+        assert await pragma(plain, "foreign_keys") == 1
+        assert await pragma(plain, "synchronous") == 2  # FULL
+    async with Database(tmp_path / "wal.sqlite3", wal=True, busy_timeout=2.5) as wal:
+        assert await pragma(wal, "journal_mode") == "wal"
+        assert await pragma(wal, "synchronous") == 1  # NORMAL
+        assert await pragma(wal, "busy_timeout") == 2500
+
+
+async def test_accepts_path_url_memory_and_engine(tmp_path: Path) -> None:
+    targets = [
+        tmp_path / "a.sqlite3",
+        str(tmp_path / "b.sqlite3"),
+        f"sqlite+aiosqlite:///{tmp_path / 'c.sqlite3'}",
+        ":memory:",
+    ]
+    for target in targets:
+        async with SQLSession(target) as store:
+            await store.append("s", a_run("1"), run_id="r1")
+            assert await store.load("s") == a_run("1")
+
+
+async def test_memory_database_is_shared_by_its_stores() -> None:
+    async with Database(":memory:") as db:
+        await SQLSession(db).append("s", a_run("1"), run_id="r1")
+        await asyncio.gather(*(SQLSession(db).load("s") for _ in range(10)))
+        assert await SQLSession(db).load("s") == a_run("1")
+
+
+async def test_closing_a_store_leaves_a_callers_engine_usable(tmp_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'host.sqlite3'}")
+    async with SQLSession(engine) as store:
+        await store.append("s", a_run("1"), run_id="r1")
+    async with Database(engine) as db:
+        assert db.url.endswith("host.sqlite3")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM lovia_messages"))).scalar() == 4
+    await engine.dispose()
+
+
+async def test_a_store_on_a_shared_database_does_not_close_it(tmp_path: Path) -> None:
+    db = Database(tmp_path / "shared.sqlite3")
+    async with SQLSession(db) as first:
+        await first.append("s", a_run("1"), run_id="r1")
+    async with SQLSession(db) as second:
+        assert await second.load("s") == a_run("1")
+    await db.close()
+    with pytest.raises(UserError, match="closed"):
+        await SQLSession(db).load("s")
+
+
+def test_bad_targets_and_options(tmp_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'x.sqlite3'}")
+    with pytest.raises(UserError, match="engine"):
+        Database(engine, wal=True)
+    with pytest.raises(UserError, match="URL, a path or an AsyncEngine"):
+        Database(42)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="wal"):
+        SQLiteSession(Database(tmp_path / "y.sqlite3"), wal=True)  # type: ignore[arg-type]
+    with pytest.raises(MissingDriverError, match="pip install") as caught:
+        Database("postgresql+psycopg://u:p@localhost/db")
+    assert isinstance(caught.value, ImportError)
+
+
+def test_password_is_hidden() -> None:
+    db = Database("postgresql://alice:hunter2@db.example/app")
+    assert "hunter2" not in db.url and "alice" in db.url
+    assert db.url.startswith("postgresql+asyncpg://")
+
+
+async def test_integrity_errors_become_conflicts(tmp_path: Path) -> None:
+    async with Database(tmp_path / "c.sqlite3") as db:
+
+        async def duplicate(conn: AsyncConnection) -> None:
+            await conn.execute(schema_versions.insert().values(store="session", version=1))
+
+        with pytest.raises(ConflictError) as caught:
+            await db.write(duplicate)
+        assert isinstance(caught.value.__cause__, IntegrityError)
+
+
+async def test_a_locked_file_gives_a_retry_safe_busy_error_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.sqlite3"
+    async with SQLiteSession(path) as store:
+        await store.append("s", a_run("0"), run_id="r0")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        async with Database(path, busy_timeout=0.05) as db:
+            with pytest.raises(StoreBusyError) as caught:
+                await SQLSession(db).append("s", a_run("1"), run_id="r1")
+            assert caught.value.retry_safe is True
+            assert "locked" in str(caught.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    async with SQLiteSession(path) as store:
+        assert [s.run_id for s in await store.segments("s")] == ["r0"]
+
+
+async def test_a_busy_lock_released_in_time_is_retried_transparently(tmp_path: Path) -> None:
+    path = tmp_path / "briefly-locked.sqlite3"
+    async with SQLiteSession(path) as store:
+        await store.load("s")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.15, lambda: (other.execute("ROLLBACK"), other.close()))
+    async with Database(path, busy_timeout=0.05) as db:
+        await SQLSession(db).append("s", a_run("1"), run_id="r1")
+        assert await SQLSession(db).load("s") == a_run("1")
+
+
+async def test_a_cancelled_append_is_all_or_nothing_and_retry_is_a_no_op(
+    sql_backend: Backend,
+) -> None:
+    async with sql_backend.session() as store:
+        await store.load("warm-up")
+        for attempt in range(30):
+            run_id = f"r{attempt}"
+            entries = a_run(str(attempt))
+            task = asyncio.create_task(store.append("s", entries, run_id=run_id))
+            for _ in range(attempt % 6):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await store.append("s", entries, run_id=run_id)  # the retry
+            segments = await store.segments("s")
+            assert segments[-1].run_id == run_id and segments[-1].entries == entries
+        assert len(await store.segments("s")) == 30
+        assert len(await store.load("s")) == 120

@@ -1,0 +1,160 @@
+"""The schema gate: migrate what is older, refuse (without writing) what is newer."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from helpers import a_run
+from lovia_store import (
+    Database,
+    SchemaNotCurrentError,
+    SchemaVersionError,
+    SQLiteSession,
+    SQLSession,
+    check,
+    upgrade,
+)
+from lovia_store.db.schema import KNOWN_VERSIONS, head_revision
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sql(path: Path, statement: str) -> list[tuple[object, ...]]:
+    """Run one statement and close, so a WAL file is folded back into the main file."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            return list(conn.execute(statement))
+    finally:
+        conn.close()
+
+
+async def make_current(path: Path, *, wal: bool) -> None:
+    async with SQLiteSession(path, wal=wal) as store:
+        await store.append("s", a_run("1"), run_id="r1")
+
+
+@pytest.mark.parametrize("wal", [False, True])
+async def test_newer_store_version_is_refused_and_file_untouched(tmp_path: Path, wal: bool) -> None:
+    path = tmp_path / "newer.sqlite3"
+    await make_current(path, wal=wal)
+    sql(path, "UPDATE lovia_schema SET version = 7 WHERE store = 'session'")
+    before = digest(path)
+    with pytest.raises(SchemaVersionError) as caught:
+        async with SQLiteSession(path, wal=wal) as store:
+            await store.load("s")
+    message = str(caught.value)
+    assert "upgrade lovia" in message
+    assert "'session'" in message and "7" in message and str(KNOWN_VERSIONS["session"]) in message
+    assert str(path) in message
+    assert (caught.value.store, caught.value.found) == ("session", 7)
+    assert digest(path) == before
+
+
+async def test_unknown_store_row_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future-store.sqlite3"
+    await make_current(path, wal=False)
+    sql(path, "INSERT INTO lovia_schema (store, version) VALUES ('vector_index', 1)")
+    before = digest(path)
+    with pytest.raises(SchemaVersionError, match="vector_index"):
+        await check(path)
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
+        await upgrade(path)
+    assert digest(path) == before
+
+
+async def test_unknown_revision_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future-revision.sqlite3"
+    await make_current(path, wal=False)
+    sql(path, "UPDATE lovia_alembic_version SET version_num = '9999_from_the_future'")
+    before = digest(path)
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
+        async with SQLiteSession(path) as store:
+            await store.append("s", a_run("2"))
+    assert digest(path) == before
+
+
+async def test_a_newer_lovia_layout_is_refused(
+    legacy_copy: Callable[[str], Path],
+) -> None:
+    """A lovia file some later lovia migrated (a version row, no lovia-store tables)."""
+    path = legacy_copy("lovia-0.9.119.sqlite3")
+    sql(path, "INSERT INTO lovia_schema (store, version) VALUES ('session', 1)")
+    before = digest(path)
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
+        async with SQLiteSession(path) as store:
+            await store.load("alice")
+    assert digest(path) == before
+    assert ("session_runs",) in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")
+
+
+async def test_newer_postgres_is_refused_and_password_never_shown(pg_url: str) -> None:
+    async with SQLSession(pg_url) as store:
+        await store.append("s", a_run("1"), run_id="r1")
+    url = make_url(pg_url)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, database=url.database
+    )
+    try:
+        await conn.execute("UPDATE lovia_schema SET version = 3 WHERE store = 'checkpoint'")
+        secret = url.set(password="s3cret-pass").render_as_string(hide_password=False)
+        with pytest.raises(SchemaVersionError) as caught:
+            async with SQLSession(secret) as store:
+                await store.append("s", a_run("2"), run_id="r2")
+        message = str(caught.value)
+        assert "upgrade lovia" in message and "'checkpoint'" in message
+        assert url.database is not None and url.database in message
+        assert "s3cret-pass" not in message
+        rows = await conn.fetch("SELECT run_id FROM lovia_session_runs")
+        assert [r["run_id"] for r in rows] == ["r1"]
+    finally:
+        await conn.close()
+
+
+async def test_verify_only_refuses_an_old_database_and_writes_nothing(
+    legacy_copy: Callable[[str], Path],
+) -> None:
+    path = legacy_copy("lovia-0.9.119.sqlite3")
+    before = digest(path)
+    with pytest.raises(SchemaNotCurrentError, match="lovia-store upgrade"):
+        await check(path)
+    db = Database(path, verify_only=True)
+    with pytest.raises(SchemaNotCurrentError):
+        async with SQLSession(db) as store:
+            await store.load("alice")
+    await db.close()
+    assert digest(path) == before
+    await upgrade(path)
+    await check(path)
+    async with Database(path, verify_only=True) as db, SQLSession(db) as store:
+        assert len(await store.load("alice")) == 31
+
+
+async def test_upgrade_is_idempotent_and_uses_our_version_table(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.sqlite3"
+    # A host application's own Alembic bookkeeping shares the file.
+    sql(path, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+    sql(path, "INSERT INTO alembic_version VALUES ('host_rev_1')")
+    await upgrade(path)
+    await upgrade(path)
+    await check(path)
+    assert sql(path, "SELECT version_num FROM lovia_alembic_version") == [(head_revision(),)]
+    assert sql(path, "SELECT version_num FROM alembic_version") == [("host_rev_1",)]
+    names = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert all(name.startswith("lovia_") for name in names - {"alembic_version"})
+
+
+async def test_postgres_upgrade_and_check(pg_url: str) -> None:
+    with pytest.raises(SchemaNotCurrentError):
+        await check(pg_url)
+    await upgrade(pg_url)
+    await check(pg_url)
