@@ -169,3 +169,23 @@ async def test_a_cancelled_append_is_all_or_nothing_and_retry_is_a_no_op(
             assert segments[-1].run_id == run_id and segments[-1].entries == entries
         assert len(await store.segments("s")) == 30
         assert len(await store.load("s")) == 120
+
+
+async def test_a_second_event_loop_gets_its_own_connections(sql_backend: Backend) -> None:
+    """A worker thread with its own loop uses the same store without crossing loops."""
+    store = sql_backend.session()
+    assert isinstance(store, SQLSession)
+    await store.append("s", a_run("main"), run_id="main")
+
+    def in_thread() -> int:
+        async def work() -> int:
+            await store.append("s", a_run("thread"), run_id="thread")
+            count = len(await store.load("s"))
+            await store.database.dispose_loop()
+            return count
+
+        return asyncio.run(work())
+
+    assert await asyncio.to_thread(in_thread) == 8
+    assert [s.run_id for s in await store.segments("s")] == ["main", "thread"]
+    await store.close()

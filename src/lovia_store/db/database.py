@@ -123,22 +123,31 @@ class Database:
         self.dialect = self.engine.dialect.name
         self.is_sqlite = self.dialect == "sqlite"
         self.is_memory = self.is_sqlite and self.engine.url.database in (None, "", ":memory:")
-        self._write_engine = self.engine.execution_options(**{_WRITE: True})
-        # Reads that take several statements must see one snapshot; PostgreSQL's
-        # default READ COMMITTED would not give it.
-        self._read_engine = (
-            self.engine.execution_options(isolation_level="REPEATABLE READ")
-            if self.dialect == "postgresql"
-            else self.engine
-        )
-        # SQLite has one writer per file: queue this process's writers on a lock
-        # instead of letting them spin in the busy handler. An in-memory database
-        # is one shared connection, so its readers queue too.
-        self._writer_lock = asyncio.Lock() if self.is_sqlite else None
+        self._recipe = (wal, echo, busy_timeout, engine_options)
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
         self._schema_ready = False
-        self._schema_lock = asyncio.Lock()
-        self._inflight: set[asyncio.Task[Any]] = set()
         self._closed = False
+
+    def _state(self) -> _LoopState:
+        """This event loop's engine and locks.
+
+        Connections never cross event loops: the first loop uses ``engine``;
+        another loop (a ``sync()`` view's thread, a second loop in a worker
+        thread) gets its own engine on the same URL, which that loop disposes
+        with ``dispose_loop()``. A caller's engine and an in-memory database are
+        shared as they are (there is only one of each).
+        """
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            engine = self.engine
+            if self._loops and self._owns_engine and not self.is_memory:
+                wal, echo, busy_timeout, options = self._recipe
+                engine = self._create_engine(
+                    self.engine.url, wal=wal, echo=echo, busy_timeout=busy_timeout, options=options
+                )
+            state = self._loops[loop] = _LoopState(engine, self.dialect)
+        return state
 
     @staticmethod
     def _create_engine(
@@ -173,7 +182,7 @@ class Database:
             return
         from .schema import ensure_current
 
-        async with self._schema_lock:
+        async with self._state().schema_lock:
             if not self._schema_ready:
                 await ensure_current(self)
                 self._schema_ready = True
@@ -192,7 +201,7 @@ class Database:
 
     async def _read_once(self, work: Work[T]) -> T:
         try:
-            async with self._read_engine.connect() as conn:
+            async with self._state().read_engine.connect() as conn:
                 return await work(conn)
         except DBAPIError as exc:
             raise translate(exc, self.url, committing=False) from exc
@@ -212,26 +221,21 @@ class Database:
     async def write_unchecked(self, work: Work[T]) -> T:
         """``write`` without the schema check (the gate itself uses it)."""
         self._check_open()
-        task = asyncio.ensure_future(
-            self._retrying(lambda: self._write_once(work), serialize=True)
-        )
-        self._inflight.add(task)
-        task.add_done_callback(self._forget)
+        task = asyncio.ensure_future(self._retrying(lambda: self._write_once(work), serialize=True))
+        inflight = self._state().inflight
+        inflight.add(task)
+        task.add_done_callback(_forget(inflight))
         return await asyncio.shield(task)
-
-    def _forget(self, task: asyncio.Task[Any]) -> None:
-        self._inflight.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved here so an abandoned failure is not logged as lost
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]], *, serialize: bool) -> T:
         """Run ``attempt``, again after a short pause while it fails retry-safely."""
         delay = 0.01
         for remaining in range(_RETRIES - 1, -1, -1):
             try:
-                if not serialize or self._writer_lock is None:
+                lock = self._state().writer_lock
+                if not serialize or lock is None:
                     return await attempt()
-                async with self._writer_lock:
+                async with lock:
                     return await attempt()
             except LoviaStoreError as exc:
                 if not (getattr(exc, "retry_safe", False) and remaining):
@@ -243,7 +247,7 @@ class Database:
     async def _write_once(self, work: Work[T]) -> T:
         committing = False
         try:
-            async with self._write_engine.connect() as conn:
+            async with self._state().write_engine.connect() as conn:
                 transaction = await conn.begin()
                 try:
                     result = await work(conn)
@@ -262,13 +266,28 @@ class Database:
         if self._closed:
             raise UserError(f"{self.url}: this Database is closed")
 
+    async def dispose_loop(self) -> None:
+        """Release this event loop's own engine (call it before the loop stops)."""
+        state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            await state.drain()
+            if state.engine is not self.engine:
+                await state.engine.dispose()
+
     async def close(self) -> None:
-        """Finish in-flight writes, then dispose the engine if we created it."""
+        """Finish in-flight writes, then dispose the engines this object created.
+
+        A caller's engine is left as it was. Engines that other event loops
+        still hold are dropped without closing their connections from here.
+        """
         if self._closed:
             return
         self._closed = True
-        if self._inflight:
-            await asyncio.gather(*self._inflight, return_exceptions=True)
+        await self.dispose_loop()
+        for state in self._loops.values():
+            if state.engine is not self.engine:
+                await state.engine.dispose(close=False)
+        self._loops.clear()
         if self._owns_engine:
             await self.engine.dispose()
 
@@ -280,6 +299,40 @@ class Database:
 
     def __repr__(self) -> str:
         return f"Database({self.url!r})"
+
+
+class _LoopState:
+    """What one event loop uses: engines sharing a pool, and its locks."""
+
+    def __init__(self, engine: AsyncEngine, dialect: str) -> None:
+        self.engine = engine
+        self.write_engine = engine.execution_options(**{_WRITE: True})
+        # Reads that take several statements must see one snapshot; PostgreSQL's
+        # default READ COMMITTED would not give it.
+        self.read_engine = (
+            engine.execution_options(isolation_level="REPEATABLE READ")
+            if dialect == "postgresql"
+            else engine
+        )
+        # SQLite has one writer per file: queue this loop's writers on a lock
+        # instead of letting them spin in the busy handler. An in-memory
+        # database is one shared connection, so its readers queue too.
+        self.writer_lock = asyncio.Lock() if dialect == "sqlite" else None
+        self.schema_lock = asyncio.Lock()
+        self.inflight: set[asyncio.Task[Any]] = set()
+
+    async def drain(self) -> None:
+        if self.inflight:
+            await asyncio.gather(*self.inflight, return_exceptions=True)
+
+
+def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        inflight.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved so an abandoned write's failure is not reported as lost
+
+    return done
 
 
 def as_database(
