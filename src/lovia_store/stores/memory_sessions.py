@@ -9,6 +9,7 @@ from uuid import uuid4
 
 from .._json import dump_object, load_object
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
+from .checkpoint_models import Checkpointer
 from .segments import Segment, check_id, check_non_negative, rewind_split, trim_entry
 
 __all__ = ["InMemorySession"]
@@ -80,15 +81,23 @@ class InMemorySession:
                 segments[index] = Segment(segment.run_id, entries, segment.meta)
             return trimmed
 
-    async def rewind(self, session_id: str, *, keep_entries: int) -> int:
-        """Drop everything after the first ``keep_entries`` entries of ``load()``."""
+    async def rewind(
+        self, session_id: str, *, keep_entries: int, checkpointer: Checkpointer | None = None
+    ) -> int:
+        """Drop everything after the first ``keep_entries`` entries of ``load()``;
+        with ``checkpointer``, also the checkpoints of the runs the cut touched."""
         check_id(session_id, "session_id")
         check_non_negative(keep_entries, "keep_entries")
         async with self._lock:
-            kept, boundary, removed = rewind_split(self._segments.get(session_id, []), keep_entries)
+            segments = self._segments.get(session_id, [])
+            kept, boundary, removed = rewind_split(segments, keep_entries)
             if removed:
                 self._segments[session_id] = kept + ([boundary] if boundary else [])
-            return removed
+            touched = [s.run_id for s in segments[len(kept) :]] if removed else []
+        if checkpointer is not None:
+            for run_id in touched:
+                await checkpointer.delete(run_id)
+        return removed
 
     async def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""

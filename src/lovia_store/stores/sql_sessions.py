@@ -30,6 +30,7 @@ from ..entries import (
     entries_from_json_rows,
     entry_to_json,
 )
+from .checkpoint_models import Checkpointer
 from .segments import (
     TRIM_SENTINEL,
     Segment,
@@ -38,6 +39,7 @@ from .segments import (
     trim_entry,
 )
 from .sql_base import SQLStore, StoreTarget
+from .sql_checkpoints import delete_runs
 
 __all__ = ["SQLSession", "SQLiteSession"]
 
@@ -191,20 +193,33 @@ class SQLSession(SQLStore):
 
         return await self.database.write(work)
 
-    async def rewind(self, session_id: str, *, keep_entries: int) -> int:
+    async def rewind(
+        self, session_id: str, *, keep_entries: int, checkpointer: Checkpointer | None = None
+    ) -> int:
         """Drop everything after the first ``keep_entries`` entries of ``load()``.
 
         Whole later runs go; the run the cut lands in is truncated, loses its
         dangling tool calls and its meta. Compaction snapshots that cover any
-        removed entry go too. Returns the number of entries removed.
+        removed entry go too. With ``checkpointer``, the checkpoints of every
+        run the cut touched are deleted as well (in the same transaction when
+        the checkpointer shares this database), so a later resume cannot
+        replay the undone tail. Returns the number of entries removed.
         """
         check_id(session_id, "session_id")
         check_non_negative(keep_entries, "keep_entries")
+        same_database = getattr(checkpointer, "database", None) is self.database
 
-        async def work(conn: AsyncConnection) -> int:
-            return await rewind_rows(conn, session_id, keep_entries)
+        async def work(conn: AsyncConnection) -> tuple[int, list[str]]:
+            removed, touched = await rewind_rows(conn, session_id, keep_entries)
+            if same_database:
+                await delete_runs(conn, touched)
+            return removed, touched
 
-        return await self.database.write(work)
+        removed, touched = await self.database.write(work)
+        if checkpointer is not None and not same_database:
+            for run_id in touched:
+                await checkpointer.delete(run_id)
+        return removed
 
 
 class SQLiteSession(SQLSession):
@@ -272,8 +287,11 @@ async def _first_kept_sequence(
     return 0
 
 
-async def rewind_rows(conn: AsyncConnection, session_id: str, keep_entries: int) -> int:
-    """Rewind inside the caller's transaction (the checkpoint-aware rewind reuses it)."""
+async def rewind_rows(
+    conn: AsyncConnection, session_id: str, keep_entries: int
+) -> tuple[int, list[str]]:
+    """Rewind inside the caller's transaction; returns the entries removed and the
+    ids of the runs the cut truncated or deleted."""
     cut_row = (
         await conn.execute(
             select(m.sequence, m.run_id, m.request_id)
@@ -284,7 +302,7 @@ async def rewind_rows(conn: AsyncConnection, session_id: str, keep_entries: int)
         )
     ).first()
     if cut_row is None:
-        return 0
+        return 0, []
     cut = int(cut_row.sequence)
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
@@ -313,9 +331,11 @@ async def rewind_rows(conn: AsyncConnection, session_id: str, keep_entries: int)
             delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling))
         )
     removed = int(removed_tail) + len(dangling)
-    await conn.execute(
-        delete(session_runs).where(r.session_id == session_id, r.first_sequence >= cut)
-    )
+    later = (r.session_id == session_id) & (r.first_sequence >= cut)
+    touched = list((await conn.execute(select(r.run_id).where(later))).scalars())
+    if cut_row.run_id is not None and cut_row.run_id not in touched:
+        touched.append(cut_row.run_id)
+    await conn.execute(delete(session_runs).where(later))
     if cut_row.run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
         boundary = (r.session_id == session_id) & (r.run_id == cut_row.run_id)
@@ -346,7 +366,7 @@ async def rewind_rows(conn: AsyncConnection, session_id: str, keep_entries: int)
             updated_at=utcnow(),
         )
     )
-    return removed
+    return removed, touched
 
 
 async def delete_session_rows(conn: AsyncConnection, session_id: str) -> bool:

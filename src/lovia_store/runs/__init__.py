@@ -1,0 +1,1 @@
+"""A small, provider-agnostic run loop that carries the storage semantics."""

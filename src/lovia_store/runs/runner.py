@@ -1,0 +1,361 @@
+"""``Runner.run``: the run lifecycle of lovia's sessions-and-checkpoints document.
+
+The loop snapshots after every model turn and every tool result. On success
+the order is fixed: the checkpoint is finalized first, then the run is
+appended to the session (idempotent by run id), then, with
+``delete_on_success``, the snapshot is deleted. A crash between any two steps
+heals when the same call is issued again: the completed snapshot replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+from pydantic import JsonValue
+
+from ..entries import (
+    AssistantTextEntry,
+    InputEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    TranscriptEntry,
+    Usage,
+    check_entries,
+    drop_dangling_tool_calls,
+)
+from ..errors import LoviaStoreError, UserError
+from ..stores.checkpoint_models import Checkpointer, RunHead, RunSnapshot
+from ..stores.segments import Session, check_id
+from .agent import MODEL_OUTPUT, Agent
+from .options import CheckpointOptions
+from .tools import ToolContext
+
+__all__ = ["MaxTurnsExceeded", "RunResult", "Runner"]
+
+
+class MaxTurnsExceeded(LoviaStoreError):
+    """The run used ``max_turns`` model turns without finishing."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    final_output: JsonValue
+    entries: list[TranscriptEntry]
+    usage: Usage
+    run_id: str
+    replayed: bool
+    agent_name: str
+
+
+class Runner:
+    @staticmethod
+    async def run(
+        agent: Agent,
+        input: str | Sequence[TranscriptEntry],
+        *,
+        session: Session | None = None,
+        session_id: str | None = None,
+        checkpoint: CheckpointOptions | None = None,
+        deps: Any = None,
+        max_turns: int = 20,
+    ) -> RunResult:
+        """Run ``agent`` on ``input`` (ignored when an existing run resumes or replays)."""
+        return await _Run(agent, session, session_id, checkpoint, deps, max_turns).execute(input)
+
+    @staticmethod
+    async def abandon(
+        checkpointer: Checkpointer,
+        run_id: str,
+        *,
+        session: Session,
+        session_id: str,
+    ) -> list[TranscriptEntry] | None:
+        """Record an interrupted run's partial transcript as finished, then drop its checkpoint.
+
+        Interrupted runs are never appended automatically; this is for the
+        caller who decides to give one up. Tool calls without a result are
+        dropped so the stored transcript stays tool-consistent. The session
+        append comes first (idempotent by run id), so a crash in between
+        leaves a checkpoint that can be abandoned again. Returns the entries
+        recorded, or None when no such run is stored.
+        """
+        check_id(session_id, "session_id")
+        snapshot = await checkpointer.load(run_id)
+        if snapshot is None:
+            return None
+        entries = drop_dangling_tool_calls(snapshot.entries)
+        meta = {"timing": _timing(snapshot.started_at, time.time()), "abandoned": True}
+        await session.append(session_id, entries, run_id=run_id, meta=meta)
+        await checkpointer.delete(run_id)
+        return entries
+
+
+def _timing(started_at: float | None, finished_at: float) -> dict[str, JsonValue]:
+    return {
+        "started_at": started_at if started_at is not None else finished_at,
+        "finished_at": finished_at,
+    }
+
+
+def _input_entries(value: str | Sequence[TranscriptEntry]) -> list[TranscriptEntry]:
+    if isinstance(value, str):
+        return [InputEntry(role="user", content=value)]
+    if isinstance(value, Sequence):
+        return check_entries(value)
+    raise UserError(f"input must be a string or a list of entries, not {type(value).__name__}")
+
+
+class _Run:
+    """One execution of a run: fresh, resumed or replayed."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        session: Session | None,
+        session_id: str | None,
+        options: CheckpointOptions | None,
+        deps: Any,
+        max_turns: int,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise UserError(f"agent must be an Agent, not {type(agent).__name__}")
+        if (session is None) != (session_id is None):
+            raise UserError("session and session_id go together: pass both or neither")
+        if session_id is not None:
+            check_id(session_id, "session_id")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise UserError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if options is not None and not isinstance(options, CheckpointOptions):
+            raise UserError("checkpoint must be a CheckpointOptions")
+        if options is not None and options.delete_on_success and session is None:
+            raise UserError("delete_on_success needs a session: the session is the run's record")
+        self.entry_agent = agent
+        self.active = agent
+        self.session = session
+        self.session_id = session_id
+        self.options = options
+        self.checkpointer = options.checkpointer if options else None
+        self.deps = deps
+        self.max_turns = max_turns
+        self.run_id = (options.key if options else None) or uuid4().hex
+        self.entries: list[TranscriptEntry] = []
+        self.head = RunHead(agent_name=agent.name)
+
+    # -- the lifecycle ----------------------------------------------------------------------
+
+    async def execute(self, input: str | Sequence[TranscriptEntry]) -> RunResult:
+        fresh_input = _input_entries(input)
+        snapshot = await self._existing()
+        if snapshot is not None and snapshot.status == "completed":
+            return await self._replay(snapshot)
+        if snapshot is not None:
+            self._restore(snapshot)
+        else:
+            self.head = RunHead(agent_name=self.entry_agent.name, started_at=time.time())
+            self.entries = list(fresh_input)
+            await self._save(self.entries)
+        history = (
+            await self.session.load(self.session_id) if self.session and self.session_id else []
+        )
+        try:
+            output = await self._loop(history)
+        except asyncio.CancelledError:
+            await self._mark("interrupted", None)
+            raise
+        except Exception as exc:
+            await self._mark("failed", {"type": type(exc).__name__, "message": str(exc)})
+            raise
+        self.head.status = "completed"
+        self.head.output = output
+        await self._save([])
+        await self._persist(self.entries, self.head)
+        return self._result(replayed=False)
+
+    async def _existing(self) -> RunSnapshot | None:
+        """Apply the ``if_run_exists`` policy; the snapshot to continue, if any."""
+        options = self.options
+        if options is None:
+            return None
+        if options.resume_from is not None:
+            if self.checkpointer is not None:
+                # The checkpointer must hold the whole run before new steps join it.
+                await self.checkpointer.delete(self.run_id)
+                snapshot = options.resume_from
+                await self.checkpointer.append(self.run_id, snapshot.entries, snapshot.head)
+            return options.resume_from
+        assert self.checkpointer is not None
+        existing = await self.checkpointer.load(self.run_id)
+        policy = options.if_run_exists
+        if policy == "restart" and existing is not None:
+            await self.checkpointer.delete(self.run_id)
+            return None
+        if policy == "fail" and existing is not None:
+            raise UserError(f"run {self.run_id!r} already exists (if_run_exists='fail')")
+        if policy == "resume_only" and existing is None:
+            raise UserError(
+                f"no stored run {self.run_id!r} to resume (if_run_exists='resume_only')"
+            )
+        return existing if policy in ("resume", "resume_only") else None
+
+    async def _replay(self, snapshot: RunSnapshot) -> RunResult:
+        """A completed run: its stored result, without calling any model."""
+        try:
+            self.active = self._resolve(snapshot.agent_name)
+        except UserError as exc:
+            warnings.warn(
+                f"run {self.run_id!r}: {exc}; replaying with the entry agent "
+                f"{self.entry_agent.name!r}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self.active = self.entry_agent
+        self.entries, self.head = list(snapshot.entries), snapshot.head
+        # Re-applied idempotently: heals a crash between finalization and the append.
+        await self._persist(self.entries, self.head)
+        return self._result(replayed=True)
+
+    def _restore(self, snapshot: RunSnapshot) -> None:
+        """An interrupted run: rebuild it from its snapshot (hard errors if its agent is gone)."""
+        self.active = self._resolve(snapshot.agent_name)
+        self.entries = list(snapshot.entries)
+        self.head = snapshot.head
+        self.head.status = "running"
+        self.head.error = None
+
+    def _resolve(self, name: str) -> Agent:
+        candidates = self.entry_agent.reachable().get(name, [])
+        if not candidates:
+            raise UserError(
+                f"agent {name!r} is not reachable from {self.entry_agent.name!r}: "
+                "it was renamed or removed"
+            )
+        if len(candidates) > 1:
+            raise UserError(
+                f"{len(candidates)} distinct agents are named {name!r}; agent names must be "
+                "unique across the handoff graph to resume a run"
+            )
+        return candidates[0]
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _loop(self, history: list[TranscriptEntry]) -> JsonValue:
+        while True:
+            await self._drain()
+            finished, output = self._finished()
+            if finished:
+                return output
+            if self.head.turns >= self.max_turns:
+                raise MaxTurnsExceeded(f"run {self.run_id!r} reached max_turns={self.max_turns}")
+            system = (
+                [InputEntry(role="system", content=self.active.instructions)]
+                if self.active.instructions
+                else []
+            )
+            transcript = [*system, *history, *self.entries]
+            turn = await self.active.model.turn(transcript, self.active.visible_tools())
+            produced = check_entries(turn.entries)
+            if not produced or not all(isinstance(e, MODEL_OUTPUT) for e in produced):
+                raise UserError(
+                    f"model of {self.active.name!r} must return assistant text, reasoning or "
+                    "tool calls (at least one)"
+                )
+            self.head.turns += 1
+            self.head.usage = self.head.usage + turn.usage
+            self.head.last_input_tokens = turn.usage.input_tokens
+            self.entries.extend(produced)
+            await self._save(produced)
+
+    def _finished(self) -> tuple[bool, JsonValue]:
+        """Done when the latest model turn asked for no tools; its last text is the output."""
+        tail: list[TranscriptEntry] = []
+        for entry in reversed(self.entries):
+            if not isinstance(entry, MODEL_OUTPUT):
+                break
+            tail.append(entry)
+        if not tail or any(isinstance(e, ToolCallEntry) for e in tail):
+            return False, None
+        texts = [e.content for e in reversed(tail) if isinstance(e, AssistantTextEntry)]
+        return True, texts[-1] if texts else ""
+
+    async def _drain(self) -> None:
+        """Execute tool calls that have no result yet, in order (also after a resume)."""
+        answered = {e.call_id for e in self.entries if isinstance(e, ToolResultEntry)}
+        pending = [
+            e for e in self.entries if isinstance(e, ToolCallEntry) and e.call_id not in answered
+        ]
+        caller = self.active
+        for call in pending:
+            target = caller.handoff_target(call.name)
+            if target is not None:
+                await self._handoff(call, target)
+                continue
+            tool = caller.tool(call.name)
+            context = ToolContext(self.run_id, call.call_id, self.head.turns, self.deps)
+            if tool is None:
+                result = ToolResultEntry(
+                    call_id=call.call_id, output=f"unknown tool {call.name!r}", is_error=True
+                )
+            else:
+                result = await tool.invoke(call.arguments, context)
+            self.entries.append(result)
+            await self._save([result])
+        if self.head.pending_handoff is not None:
+            await self._apply_handoff(self._resolve(self.head.pending_handoff))
+
+    async def _handoff(self, call: ToolCallEntry, target: Agent) -> None:
+        if self.head.pending_handoff != target.name:
+            self.head.pending_handoff = target.name
+            await self._save([])  # the transfer fired; it is applied with its result below
+        result = ToolResultEntry(
+            call_id=call.call_id, output=json.dumps({"assistant": target.name})
+        )
+        self.entries.append(result)
+        await self._apply_handoff(target, result)
+
+    async def _apply_handoff(self, target: Agent, result: ToolResultEntry | None = None) -> None:
+        self.active = target
+        self.head.agent_name = target.name
+        self.head.pending_handoff = None
+        await self._save([result] if result is not None else [])
+
+    # -- persistence ------------------------------------------------------------------------
+
+    async def _save(self, batch: Sequence[TranscriptEntry]) -> None:
+        if self.checkpointer is not None:
+            self.head.updated_at = time.time()
+            await self.checkpointer.append(self.run_id, batch, self.head)
+
+    async def _mark(self, status: str, error: dict[str, JsonValue] | None) -> None:
+        """Best effort: record why the run stopped; the original error still propagates."""
+        if self.checkpointer is None:
+            return
+        self.head.status = "interrupted" if status == "interrupted" else "failed"
+        self.head.error = error
+        with contextlib.suppress(Exception):  # never mask the error that stopped the run
+            await self._save([])
+
+    async def _persist(self, entries: list[TranscriptEntry], head: RunHead) -> None:
+        if self.session is not None and self.session_id is not None:
+            finished = head.updated_at if self.checkpointer is not None else time.time()
+            meta: dict[str, Any] = {"timing": _timing(head.started_at, finished)}
+            await self.session.append(self.session_id, entries, run_id=self.run_id, meta=meta)
+        if self.options is not None and self.options.delete_on_success and self.checkpointer:
+            await self.checkpointer.delete(self.run_id)
+
+    def _result(self, *, replayed: bool) -> RunResult:
+        return RunResult(
+            final_output=self.head.output,
+            entries=list(self.entries),
+            usage=self.head.usage,
+            run_id=self.run_id,
+            replayed=replayed,
+            agent_name=self.active.name,
+        )

@@ -1,0 +1,160 @@
+"""``SQLCheckpointer``: runs in flight as a mutable head row plus append-only entry rows.
+
+An append is two statements whatever the run's length: an upsert of the head
+that also reserves the entries' positions (the counter lives on the head row),
+and one multi-row insert of the new entries. Nothing earlier is read or
+rewritten, so the 2,000th step costs what the first did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..db.tables import run_entries, run_heads
+from ..db.types import utcnow
+from ..entries import TranscriptEntry, check_entries, entries_from_json_rows, entry_to_json
+from .checkpoint_models import (
+    RunHead,
+    RunSnapshot,
+    RunStatus,
+    RunSummary,
+    check_head,
+    check_listing,
+    summary_of,
+)
+from .segments import check_id
+from .sql_base import SQLStore, StoreTarget
+
+__all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
+
+h = run_heads.c
+e = run_entries.c
+
+
+async def _upsert_head(conn: AsyncConnection, run_id: str, head: RunHead, count: int) -> int:
+    """Replace the head and reserve ``count`` positions; returns the last one."""
+    now = utcnow()
+    values = {
+        "run_id": run_id,
+        "status": head.status,
+        "head_json": head.model_dump_json(),
+        "entry_count": count,
+        "created_at": now,
+        "updated_at": now,
+    }
+    changes = {
+        "status": head.status,
+        "head_json": values["head_json"],
+        "entry_count": h.entry_count + count,
+        "updated_at": now,
+    }
+    if conn.dialect.name in ("mysql", "mariadb"):
+        stmt: Any = mysql.insert(run_heads).values(values).on_duplicate_key_update(**changes)
+        await conn.execute(stmt)
+        query = select(h.entry_count).where(h.run_id == run_id)
+        return int((await conn.execute(query)).scalar_one())
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = (
+        dialect.insert(run_heads)
+        .values(values)
+        .on_conflict_do_update(index_elements=[h.run_id], set_=changes)
+        .returning(h.entry_count)
+    )
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def delete_runs(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
+    """Drop these runs' checkpoints inside the caller's transaction."""
+    if run_ids:
+        await conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
+        await conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
+
+
+class SQLCheckpointer(SQLStore):
+    """Run checkpoints on any SQL backend; see ``Checkpointer`` for the contract."""
+
+    def __init__(self, target: StoreTarget) -> None:
+        super().__init__(target)
+
+    async def append(self, run_id: str, entries: Sequence[TranscriptEntry], head: RunHead) -> None:
+        check_id(run_id, "run_id")
+        batch = check_entries(entries)
+        check_head(head)
+        documents = [entry_to_json(entry) for entry in batch]
+
+        async def work(conn: AsyncConnection) -> None:
+            last = await _upsert_head(conn, run_id, head, len(documents))
+            if documents:
+                first = last - len(documents) + 1
+                await conn.execute(
+                    run_entries.insert(),
+                    [
+                        {"run_id": run_id, "position": first + i, "entry_json": document}
+                        for i, document in enumerate(documents)
+                    ],
+                )
+
+        await self.database.write(work)
+
+    async def load(self, run_id: str) -> RunSnapshot | None:
+        check_id(run_id, "run_id")
+
+        async def work(conn: AsyncConnection) -> tuple[str | None, list[str]]:
+            head = (await conn.execute(select(h.head_json).where(h.run_id == run_id))).scalar()
+            if head is None:
+                return None, []
+            rows = await conn.execute(
+                select(e.entry_json).where(e.run_id == run_id).order_by(e.position)
+            )
+            return head, list(rows.scalars())
+
+        head_json, documents = await self.database.read(work)
+        if head_json is None:
+            return None
+        head = RunHead.model_validate_json(head_json)
+        return RunSnapshot.from_parts(run_id, entries_from_json_rows(documents), head)
+
+    async def delete(self, run_id: str) -> None:
+        check_id(run_id, "run_id")
+
+        async def work(conn: AsyncConnection) -> None:
+            await delete_runs(conn, [run_id])
+
+        await self.database.write(work)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunSummary]:
+        """Runs by latest update first, optionally only those with ``status``
+        (``"running"`` also finds runs whose worker died)."""
+        check_listing(status, limit, offset)
+        query = select(h.run_id, h.head_json, h.entry_count, h.updated_at)
+        if status is not None:
+            query = query.where(h.status == status)
+        query = query.order_by(h.updated_at.desc(), h.run_id.desc()).limit(limit).offset(offset)
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list((await conn.execute(query)).all())
+
+        return [
+            summary_of(
+                row.run_id,
+                RunHead.model_validate_json(row.head_json),
+                row.entry_count,
+                row.updated_at,
+            )
+            for row in await self.database.read(work)
+        ]
+
+
+class SQLiteCheckpointer(SQLCheckpointer):
+    """``SQLCheckpointer`` on a SQLite file; ``wal=True`` when several processes share it."""
+
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
+        SQLStore.__init__(self, path, wal=wal)
