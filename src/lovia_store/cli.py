@@ -130,13 +130,14 @@ async def _run(args: argparse.Namespace) -> int:
     url = args.url or default_url()
     if args.command == "upgrade":
         await upgrade(url)
-        print(f"{Database(url).url}: schema is current")
+        print("schema is current")
         return 0
     if args.command == "check":
         await check(url)
         print("schema is current")
         return 0
-    async with Database(url) as db:
+    # Looking is not migrating: an old database is reported, not converted.
+    async with Database(url, verify_only=True) as db:
         if args.command == "sessions":
             rows = await _list_sessions(db)
             if not rows:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from ..errors import LoviaStoreError, MissingDriverError, UserError
+from ..errors import LoviaStoreError, MissingDriverError, SchemaNotCurrentError, UserError
 from .errors import translate
 
 __all__ = ["Database", "as_database"]
@@ -111,6 +111,13 @@ class Database:
             self._owns_engine = False
         elif isinstance(target, str | os.PathLike):
             url = _to_url(target)
+            on_disk = url.get_backend_name() == "sqlite" and url.database not in (
+                None,
+                "",
+                ":memory:",
+            )
+            if on_disk and not verify_only:  # a check must not leave folders behind
+                Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
             self.engine = self._create_engine(
                 url, wal=wal, echo=echo, busy_timeout=busy_timeout, options=engine_options
             )
@@ -158,8 +165,6 @@ class Database:
         if backend == "sqlite":
             if url.database in (None, "", ":memory:"):
                 defaults["poolclass"] = StaticPool
-            else:
-                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         else:
             defaults.update(pool_pre_ping=True, pool_recycle=1800)
         try:
@@ -180,12 +185,18 @@ class Database:
         """Check (and unless ``verify_only``, migrate) the schema once per Database."""
         if self._schema_ready:
             return
-        from .schema import ensure_current
+        from .schema import ensure_current, head_revision
 
+        if self.verify_only and self._missing_file():
+            raise SchemaNotCurrentError(database=self.url, found=None, expected=head_revision())
         async with self._state().schema_lock:
             if not self._schema_ready:
                 await ensure_current(self)
                 self._schema_ready = True
+
+    def _missing_file(self) -> bool:
+        path = self.engine.url.database
+        return self.is_sqlite and not self.is_memory and not Path(str(path)).exists()
 
     # -- transactions ---------------------------------------------------------
 
