@@ -44,7 +44,7 @@ def test_ci_runs_the_readme_test_line() -> None:
 
 
 def test_quickstart_runs(tmp_path: Path) -> None:
-    """The README's main-job line runs this script."""
+    """The README's shorter tour of sessions."""
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path / "q.sqlite3")],
         capture_output=True,

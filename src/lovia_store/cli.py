@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument("url", nargs="?", help="database URL or SQLite path")
+    demo = commands.add_parser(
+        "demo", help="watch a run crash mid-way and resume from its checkpoint (the main job)"
+    )
+    demo.add_argument("url", nargs="?", help=f"SQLite file to use (default ./{DEFAULT_FILE})")
     show = commands.add_parser("show", help="print one session's transcript, run by run")
     show.add_argument("session_id")
     show.add_argument("url", nargs="?", help="database URL or SQLite path")
@@ -153,6 +157,10 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo import main as demo
+
+        return demo([args.url or DEFAULT_FILE])
     try:
         return asyncio.run(_run(args))
     except LoviaStoreError as exc:
