@@ -1,0 +1,94 @@
+"""Trial outcomes, and the medians and per-round ratios the report shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.backends import BACKENDS
+from bench.workloads.base import Metric, median
+
+Outcome = dict[str, Any]  # {"status": "ok"|"n/a"|"error", "metrics": {...}, "reason": str, ...}
+
+
+@dataclass
+class Results:
+    """``cells[workload][backend]`` holds one outcome per round, in round order."""
+
+    rounds: int
+    cells: dict[str, dict[str, list[Outcome]]] = field(default_factory=dict)
+
+    def add(self, workload: str, backend: str, outcome: Outcome) -> None:
+        """Record one trial's outcome for ``(workload, backend)``."""
+        self.cells.setdefault(workload, {}).setdefault(backend, []).append(outcome)
+
+    def outcomes(self, workload: str, backend: str) -> list[Outcome]:
+        """Every round's outcome for ``(workload, backend)``."""
+        return self.cells.get(workload, {}).get(backend, [])
+
+    def values(self, workload: str, backend: str, key: str) -> list[float]:
+        """The metric's value in each round that succeeded."""
+        return [
+            o["metrics"][key]
+            for o in self.outcomes(workload, backend)
+            if o["status"] == "ok" and key in o["metrics"]
+        ]
+
+    def median(self, workload: str, backend: str, key: str) -> float | None:
+        """Median over successful rounds, or ``None``."""
+        values = self.values(workload, backend, key)
+        return median(values) if values else None
+
+    def ratio(self, workload: str, backend: str, metric: Metric) -> float | None:
+        """Median over rounds of lovia-store's advantage over ``backend`` (>1: lovia-store better).
+
+        Taken within each round (the two trials ran back to back), so slow drift
+        of the machine cancels out.
+        """
+        counterpart = BACKENDS[backend].counterpart
+        if counterpart is None:
+            return None
+        ratios = []
+        pairs = zip(
+            self.outcomes(workload, counterpart), self.outcomes(workload, backend), strict=False
+        )
+        for mine, theirs in pairs:
+            if mine["status"] != "ok" or theirs["status"] != "ok":
+                continue
+            a, b = mine["metrics"].get(metric.key), theirs["metrics"].get(metric.key)
+            if a is None or b is None or a <= 0 or b <= 0:
+                continue
+            ratios.append(a / b if metric.higher_is_better else b / a)
+        return median(ratios) if ratios else None
+
+    def status_note(self, workload: str, backend: str) -> str:
+        """Why some rounds gave no number (first distinct reason), or ''."""
+        reasons = []
+        for o in self.outcomes(workload, backend):
+            if o["status"] != "ok":
+                text = f"{o['status']}: {o.get('reason', '')}".strip()
+                if text not in reasons:
+                    reasons.append(text)
+        return "; ".join(reasons)
+
+    def durability(self, backend: str) -> dict[str, str]:
+        """Settings probed by the first successful trial of ``backend``."""
+        for by_backend in self.cells.values():
+            for o in by_backend.get(backend, []):
+                if o["status"] == "ok" and o.get("durability"):
+                    return dict(o["durability"])
+        return {}
+
+    def errors(self) -> list[str]:
+        """One line per trial that failed (n/a is not a failure): the exit status depends on it."""
+        return [
+            f"{workload} {backend}: {o.get('reason', '')}"
+            for workload, by_backend in self.cells.items()
+            for backend, outcomes in by_backend.items()
+            for o in outcomes
+            if o["status"] == "error"
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """Raw outcomes, for ``--json``."""
+        return {"rounds": self.rounds, "cells": self.cells}

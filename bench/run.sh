@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run the lovia-store benchmark in its own environment (bench/.venv).
+#
+#   bench/run.sh                    # default scale, report to bench/RESULTS.md
+#   bench/run.sh --scale tiny       # CI smoke test, under a minute, report to a temp file
+#   bench/run.sh --only W1,W3 --rounds 5 --backends store-sqlite,lovia-sqlite,raw-sqlite
+#
+# Makes bench/.venv on first use, installs bench/requirements.txt (the peers and
+# drivers, never the product's dependencies) and the project itself in editable
+# mode, and reinstalls only when one of those files changes.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$BENCH_DIR")"
+VENV="$BENCH_DIR/.venv"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "bench: creating $VENV" >&2
+    "$PYTHON" -m venv "$VENV"
+fi
+
+stamp_of() {
+    cat "$BENCH_DIR/requirements.txt" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+STAMP_FILE="$VENV/.bench-installed"
+if [ "$(cat "$STAMP_FILE" 2>/dev/null)" != "$(stamp_of)" ]; then
+    echo "bench: installing requirements" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$BENCH_DIR/requirements.txt"
+    if [ -f "$ROOT/pyproject.toml" ]; then
+        echo "bench: installing lovia-store from $ROOT (editable)" >&2
+        if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT"; then
+            echo "bench: WARNING: lovia-store did not install; its backends will be n/a" >&2
+        fi
+    else
+        echo "bench: no $ROOT/pyproject.toml yet; lovia-store backends will be n/a" >&2
+    fi
+    stamp_of > "$STAMP_FILE"
+fi
+
+cd "$ROOT"
+exec "$VENV/bin/python" -m bench "$@"

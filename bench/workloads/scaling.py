@@ -1,0 +1,83 @@
+"""W8: does the cost of an append or a load grow with the session?"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from bench import data
+from bench.config import Scale
+from bench.workloads.base import Metric, Stopwatch, TrialEnv, Workload, check, median, run_ids
+
+
+def _label(n: int) -> str:
+    return f"{n:,}"
+
+
+def _metrics(scale: Scale) -> tuple[Metric, ...]:
+    appends = [
+        Metric(f"append_{k}_ms", f"append #{_label(k)} (ms)", False, 2)
+        for k in scale.w8_append_points
+    ]
+    loads = []
+    for size in scale.w8_load_sizes:
+        loads.append(Metric(f"load_{size}_ms", f"load {_label(size)} (ms)", False, 1))
+        loads.append(Metric(f"peak_{size}_mib", f"peak {_label(size)} (MiB)", False, 1))
+    return (*appends, *loads)
+
+
+async def _appends(env: TrialEnv) -> dict[str, float]:
+    """Time run k (k = 1, 1,000, 10,000...): the 1st alone, later ones as a window median."""
+    backend, scale, result = env.backend, env.scale, {}
+    stored = 0
+    for point in scale.w8_append_points:
+        await backend.prefill("w8", data.runs(stored, point - 1 - stored), stored)
+        window = 1 if point == 1 else scale.w8_window
+        batch = [backend.convert_run(run) for run in data.runs(point - 1, window)]
+        times = []
+        for run, run_id in zip(batch, run_ids(window), strict=True):
+            with Stopwatch() as sw:
+                await backend.append_run("w8", run, run_id)
+            times.append(sw.seconds * 1e3)
+        stored = point - 1 + window
+        result[f"append_{point}_ms"] = median(times)
+    check(await backend.count("w8") == stored * data.ENTRIES_PER_RUN, "W8 lost appended entries")
+    return result
+
+
+async def _loads(env: TrialEnv) -> dict[str, float]:
+    """One timed load per size, then a second one under tracemalloc for its peak."""
+    backend, result = env.backend, {}
+    for size in env.scale.w8_load_sizes:
+        session = f"w8-load-{size}"
+        await backend.prefill(session, data.runs(0, size // data.ENTRIES_PER_RUN), 0)
+        with Stopwatch() as sw:
+            got = await backend.load(session)
+        check(got == size, f"W8 load returned {got} entries, expected {size}")
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            await backend.load(session)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        result[f"load_{size}_ms"] = sw.seconds * 1e3
+        result[f"peak_{size}_mib"] = peak / 2**20
+    return result
+
+
+async def _w8(env: TrialEnv) -> dict[str, float]:
+    return {**await _appends(env), **await _loads(env)}
+
+
+W8 = Workload(
+    "W8",
+    "Scaling with session size",
+    "Cost of appending run #k to one session for k in {points} (#1: that append alone; later: "
+    "median of {s.w8_window} consecutive appends from there; the runs before are untimed "
+    "setup), and loading sessions of {sizes} entries: one load timed, then a second under "
+    "tracemalloc for the peak of Python allocations (driver C buffers not counted). --scale "
+    "full goes to run #10,000 and 100,000 entries.",
+    (),
+    _w8,
+    metrics_for=_metrics,
+)
