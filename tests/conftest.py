@@ -21,7 +21,13 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from lovia_store import InMemorySession, SQLiteSession, SQLSession
+from lovia_store import (
+    InMemorySession,
+    SQLiteSession,
+    SQLiteSessionStorage,
+    SQLSession,
+    SQLSessionStorage,
+)
 
 HERE = Path(__file__).resolve().parent
 LEGACY = Path(
@@ -100,6 +106,15 @@ class Backend:
         if self.kind in SQLITE_KINDS:
             return SQLiteSession(self.target, wal=self.kind == "sqlite_wal")
         return SQLSession(self.target)
+
+    def storage(self) -> SQLSessionStorage:
+        """The Raw Log API (zett-agent's session storage) on this backend's database."""
+        if self.kind == "memory":
+            pytest.skip("the Raw Log API has no in-memory store")
+        assert self.target is not None
+        if self.kind in SQLITE_KINDS:
+            return SQLiteSessionStorage(self.target, wal=self.kind == "sqlite_wal")
+        return SQLSessionStorage(self.target)
 
 
 async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:

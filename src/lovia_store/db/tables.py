@@ -103,6 +103,8 @@ messages = Table(
     Column("reasoning_tokens", BigInteger, nullable=True),
     Column("message_id", String(64), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # NULL until the row is changed (trim_tool_results); readers show created_at.
+    Column("updated_at", UTCDateTime, nullable=True),
     PrimaryKeyConstraint("session_id", "sequence"),
     ForeignKeyConstraint(["session_id"], ["lovia_sessions.session_id"]),
 )

@@ -108,7 +108,8 @@ class SQLSession(SQLStore):
 
         async def work(conn: AsyncConnection) -> None:
             now = utcnow()
-            last, position = await bump_session(conn, session_id, messages=count, runs=1, now=now)
+            bumped = await bump_session(conn, session_id, messages=count, runs=1, now=now)
+            last, position = bumped.last_sequence, bumped.run_count
             first = last - count + 1
             run = {
                 "session_id": session_id,
@@ -186,7 +187,9 @@ class SQLSession(SQLStore):
                 await conn.execute(
                     update(messages)
                     .where(m.session_id == session_id, m.sequence == bindparam("seq"))
-                    .values(entry_json=bindparam("doc")),
+                    # An adopted zett envelope holds the untrimmed output: it goes
+                    # too, or the space would not be reclaimed.
+                    .values(entry_json=bindparam("doc"), envelope_json=None, updated_at=utcnow()),
                     changes,
                 )
             return len(changes)

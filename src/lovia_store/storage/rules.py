@@ -1,0 +1,187 @@
+"""The Raw Log API's argument rules, checked before anything is written.
+
+Every failure is a ``UserError`` (a ``ValueError``) whose message names the
+argument and says what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._json import dump_object
+from ..entries import (
+    ENTRY_CLASSES,
+    AssistantTextEntry,
+    ReasoningEntry,
+    ToolCallEntry,
+    TranscriptEntry,
+    Usage,
+)
+from ..errors import UserError
+from ..stores.segments import check_id
+from .ids import new_uuid7
+from .models import CompactedMessage, MessageTiming
+
+__all__ = [
+    "ASSISTANT_ENTRIES",
+    "MAX_AGENT_NAME",
+    "MAX_TITLE",
+    "check_compacted",
+    "check_count",
+    "check_display",
+    "check_entry",
+    "check_new_session_id",
+    "check_parent",
+    "check_session_type",
+    "check_session_types",
+    "check_timing",
+    "check_usage",
+    "encode_object",
+]
+
+MAX_TITLE = 200
+MAX_AGENT_NAME = 64
+_MAX_INT = 2**63 - 1
+
+ASSISTANT_ENTRIES = (AssistantTextEntry, ReasoningEntry, ToolCallEntry)
+"""The entries a model produced: the only ones that may carry token usage."""
+
+
+def _integer(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{what} must be an integer, got {value!r}")
+    if value > _MAX_INT:
+        raise UserError(f"{what} must be at most 2**63-1, got {value}")
+    return value
+
+
+def check_count(value: object, what: str, *, minimum: int) -> int:
+    """An integer ``>= minimum`` (``limit`` 1, ``offset`` 0, sequences 0 or 1)."""
+    number = _integer(value, what)
+    if number < minimum:
+        rule = "positive" if minimum == 1 else f">= {minimum}"
+        raise UserError(f"{what} must be {rule}, got {number}")
+    return number
+
+
+def check_session_type(value: object, what: str = "session_type") -> int:
+    number = _integer(value, what)
+    if number < 0:
+        raise UserError(f"{what} cannot be negative, got {number}")
+    return number
+
+
+def check_session_types(values: Sequence[int] | None) -> tuple[int, ...] | None:
+    """The filter of ``list_sessions``; None or an empty sequence means every type."""
+    if values is None:
+        return None
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
+        raise UserError(f"session_types must be a sequence of integers, got {values!r}")
+    codes = tuple(
+        check_session_type(value, f"session_types[{i}]") for i, value in enumerate(values)
+    )
+    return codes or None
+
+
+def check_new_session_id(value: object) -> str:
+    """``create_session``'s id: a new UUIDv7 when None; never blank."""
+    if value is None:
+        return new_uuid7()
+    session_id = check_id(value, "session_id")
+    if not session_id.strip():
+        raise UserError("session_id cannot be blank")
+    return session_id
+
+
+def check_parent(value: object, session_id: str) -> str | None:
+    if value is None:
+        return None
+    parent = check_id(value, "parent_session_id")
+    if not parent.strip():
+        raise UserError("parent_session_id cannot be blank")
+    if parent == session_id:
+        raise UserError("parent_session_id must differ from session_id")
+    return parent
+
+
+def check_display(value: object, what: str, limit: int) -> str | None:
+    """A display value normalised for storage: stripped, 1..``limit`` characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, got {type(value).__name__}")
+    text = value.strip()
+    if not text or len(text) > limit:
+        raise UserError(
+            f"{what} must contain between 1 and {limit} characters after trimming "
+            f"whitespace, got {len(text)}"
+        )
+    return text
+
+
+def encode_object(value: object, what: str, *, nonempty_keys: bool = False) -> str:
+    """A JSON object (any mapping; None is ``{}``) as stored text, refused when inexact."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise UserError(f"{what} must be a JSON object (a mapping), not {type(value).__name__}")
+    data = dict(value)
+    if nonempty_keys:
+        for key in data:
+            if isinstance(key, str) and not key.strip():
+                raise UserError(f"{what} keys must be non-empty strings, got {key!r}")
+    return dump_object(data, what)
+
+
+def check_entry(value: object) -> TranscriptEntry:
+    if not isinstance(value, ENTRY_CLASSES):
+        raise UserError(
+            f"message is {type(value).__name__}, not a transcript entry "
+            "(InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry or ToolResultEntry)"
+        )
+    return value
+
+
+def check_timing(value: object) -> MessageTiming:
+    if value is None:
+        return MessageTiming.instant()
+    if not isinstance(value, MessageTiming):
+        raise UserError(f"timing must be a MessageTiming or None, not {type(value).__name__}")
+    return value
+
+
+def check_usage(value: object, message: TranscriptEntry) -> Usage | None:
+    if value is None:
+        return None
+    if not isinstance(value, Usage):
+        raise UserError(f"usage must be a lovia_store.Usage or None, not {type(value).__name__}")
+    if not isinstance(message, ASSISTANT_ENTRIES):
+        raise UserError(
+            f"usage belongs only to an entry the assistant produced (assistant_text, "
+            f"reasoning, tool_call), not to a {message.type!r} entry"
+        )
+    for name, count in value.model_dump().items():
+        if _integer(count, f"usage.{name}") < 0:
+            raise UserError(f"usage.{name} cannot be negative, got {count}")
+    return value
+
+
+def check_compacted(value: object) -> CompactedMessage:
+    if not isinstance(value, CompactedMessage):
+        raise UserError(
+            f"compacted_message must be a CompactedMessage, not {type(value).__name__}"
+        )
+    return value
+
+
+def session_row_values(
+    parent: str | None, title: str | None, agent_name: str | None, session_type: int = 0
+) -> dict[str, Any]:
+    """The display columns a new ``lovia_sessions`` row starts with."""
+    return {
+        "parent_session_id": parent,
+        "title": title,
+        "agent_name": agent_name,
+        "session_type": session_type,
+    }

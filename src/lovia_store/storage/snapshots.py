@@ -1,0 +1,87 @@
+"""Writing a compaction snapshot: the version is claimed first, then the boundary checked.
+
+The version is claimed by a conditional update of the session row
+(``snapshot_version = expected + 1 WHERE snapshot_version = expected``), so
+of racing writers exactly one matches, in one process or many; the others
+see a stale version and get ``SnapshotConflictError``. Any refusal raises,
+which rolls the claim back with the rest of the transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..db.tables import messages, sessions, snapshots
+from ..db.types import utcnow
+from ..errors import SnapshotConflictError, UserError
+from .ids import new_uuid7
+from .models import CompactedMessage, ContextSnapshot
+
+__all__ = ["write_snapshot"]
+
+m = messages.c
+s = sessions.c
+p = snapshots.c
+
+
+async def write_snapshot(
+    conn: AsyncConnection, sid: str, summary: CompactedMessage, boundary: int, expected: int
+) -> ContextSnapshot:
+    """Store snapshot ``expected + 1`` of ``sid`` covering sequences up to ``boundary``."""
+    claimed = await conn.execute(
+        update(sessions)
+        .where(s.session_id == sid, s.snapshot_version == expected)
+        .values(snapshot_version=s.snapshot_version + 1)
+    )
+    if claimed.rowcount != 1:
+        query = select(s.snapshot_version).where(s.session_id == sid)
+        actual = (await conn.execute(query)).scalar()
+        if actual is None and expected == 0:
+            raise UserError(f"session {sid!r} has no raw messages to compact")
+        raise SnapshotConflictError(session_id=sid, expected=expected, actual=actual or 0)
+    await _check_boundary(conn, sid, boundary, expected)
+    now = utcnow()
+    snapshot = ContextSnapshot(
+        id=new_uuid7(),
+        session_id=sid,
+        version=expected + 1,
+        compacted_message=summary,
+        compacted_through_sequence=boundary,
+        created_at=now,
+        updated_at=now,
+    )
+    await conn.execute(
+        snapshots.insert().values(
+            session_id=sid,
+            version=snapshot.version,
+            snapshot_id=snapshot.id,
+            compacted_through_sequence=boundary,
+            summary_json=summary.model_dump_json(),
+            envelope_json=None,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return snapshot
+
+
+async def _check_boundary(conn: AsyncConnection, sid: str, boundary: int, previous: int) -> None:
+    """The boundary names a stored message beyond the previous snapshot's boundary."""
+    stored = await conn.execute(
+        select(m.sequence).where(m.session_id == sid, m.sequence == boundary)
+    )
+    if stored.first() is None:
+        raise UserError(
+            f"compacted_through_sequence {boundary} is not a stored sequence of session {sid!r}"
+        )
+    if previous:
+        query = select(p.compacted_through_sequence).where(
+            p.session_id == sid, p.version == previous
+        )
+        before = (await conn.execute(query)).scalar()
+        if before is not None and boundary <= before:
+            raise UserError(
+                f"compacted_through_sequence {boundary} must advance beyond the previous "
+                f"snapshot's boundary {before}"
+            )

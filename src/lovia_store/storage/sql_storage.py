@@ -1,0 +1,332 @@
+"""``SQLSessionStorage``: zett-agent's session storage API on the shared Raw Log schema.
+
+The same tables as ``SQLSession``: a session is a ``lovia_sessions`` row, a
+raw message is a ``lovia_messages`` row (its transcript entry plus request id,
+metadata, tags, timing and usage), a compaction checkpoint is a
+``lovia_snapshots`` row. Every call is one transaction; races are settled by
+the database (an upsert that reserves the sequence, a conditional update of
+the snapshot version), never by reading first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..db.dialect import insert_ignore
+from ..db.tables import sessions
+from ..db.types import utcnow
+from ..entries import TranscriptEntry, Usage
+from ..errors import UserError
+from ..stores.segments import check_id
+from ..stores.sql_base import SQLStore, StoreTarget
+from ..stores.sql_sessions import delete_session_rows
+from .appends import PendingMessage
+from .models import (
+    CompactedMessage,
+    ContextSnapshot,
+    MessageTiming,
+    RawMessageRecord,
+    SessionSummary,
+    SessionView,
+)
+from .reads import fetch_page, fetch_view, view_from
+from .records import SUMMARY_COLUMNS, records_from_rows, summary_from_row
+from .rules import (
+    MAX_AGENT_NAME,
+    MAX_TITLE,
+    check_compacted,
+    check_count,
+    check_display,
+    check_new_session_id,
+    check_parent,
+    check_session_type,
+    check_session_types,
+    session_row_values,
+)
+from .snapshots import write_snapshot
+
+if TYPE_CHECKING:
+    from .sync_view import SyncRuntime, SyncSessionStorage
+
+__all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
+
+s = sessions.c
+
+
+def default_path() -> Path:
+    """``~/.lovia-store/sessions.sqlite3``: where a storage built without a target lives."""
+    return Path.home() / ".lovia-store" / "sessions.sqlite3"
+
+
+def _prepare(target: StoreTarget | None) -> StoreTarget:
+    """The target to open: None is the default file (``Database`` creates its folders)."""
+    return default_path() if target is None else target
+
+
+class SQLSessionStorage(SQLStore):
+    """zett-agent's ``SessionStorage`` API on any SQL backend.
+
+    ``target`` is a ``Database``, an ``AsyncEngine``, a URL or a SQLite path;
+    None means the SQLite file ``~/.lovia-store/sessions.sqlite3`` (parent
+    folders are created at construction). That default holds personal data:
+    libraries and tests should always pass their own target.
+
+    The Raw Log is immutable through this API: messages are only appended,
+    and snapshots never touch them. The log is the same one ``SQLSession``
+    reads and writes (see docs/storage.md).
+    """
+
+    def __init__(self, target: StoreTarget | None = None) -> None:
+        super().__init__(_prepare(target))
+
+    # -- sessions ------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        session_type: int = 0,
+    ) -> SessionSummary:
+        """Create an empty session (a new UUIDv7 id when none is given).
+
+        Display values are stripped; a session that exists already is refused.
+        """
+        sid = check_new_session_id(session_id)
+        values = session_row_values(
+            check_parent(parent_session_id, sid),
+            check_display(title, "title", MAX_TITLE),
+            check_display(agent_name, "agent_name", MAX_AGENT_NAME),
+            check_session_type(session_type),
+        )
+
+        async def work(conn: AsyncConnection) -> SessionSummary:
+            now = utcnow()
+            row = {"session_id": sid, **values, "created_at": now, "updated_at": now}
+            if not await insert_ignore(conn, sessions, row):
+                raise UserError(f"session {sid!r} already exists")
+            return SessionSummary(
+                session_id=sid, message_count=0, **values, created_at=now, updated_at=now
+            )
+
+        return await self.database.write(work)
+
+    async def get_session(self, session_id: str) -> SessionSummary | None:
+        """The session's summary without its messages, or None."""
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> Any:
+            query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
+            return (await conn.execute(query)).first()
+
+        row = await self.database.read(work)
+        return None if row is None else summary_from_row(row)
+
+    async def update_session(
+        self, session_id: str, *, title: str | None = None, agent_name: str | None = None
+    ) -> SessionSummary | None:
+        """Change the display values given (None leaves one as it is); None if no such session.
+
+        At least one must be given. Identity, parent and messages never change.
+        """
+        check_id(session_id, "session_id")
+        if title is None and agent_name is None:
+            raise UserError("update_session needs a title or an agent_name (or both)")
+        changes: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("title", check_display(title, "title", MAX_TITLE)),
+                ("agent_name", check_display(agent_name, "agent_name", MAX_AGENT_NAME)),
+            )
+            if value is not None
+        }
+
+        async def work(conn: AsyncConnection) -> Any:
+            changed = await conn.execute(
+                update(sessions)
+                .where(s.session_id == session_id)
+                .values(**changes, updated_at=utcnow())
+            )
+            if not changed.rowcount:
+                return None
+            query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
+            return (await conn.execute(query)).one()
+
+        row = await self.database.write(work)
+        return None if row is None else summary_from_row(row)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session, its raw messages and snapshots; True when it existed."""
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> bool:
+            return await delete_session_rows(conn, session_id)
+
+        return await self.database.write(work)
+
+    async def list_sessions(
+        self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SessionSummary]:
+        """One page of sessions, latest activity first (ties: higher id first).
+
+        ``session_types`` keeps only those type codes (None or empty: all).
+        Message counts come from the session rows; no payload is read.
+        """
+        codes = check_session_types(session_types)
+        limit = check_count(limit, "limit", minimum=1)
+        offset = check_count(offset, "offset", minimum=0)
+
+        async def work(conn: AsyncConnection) -> Sequence[Any]:
+            query = select(*SUMMARY_COLUMNS)
+            if codes is not None:
+                query = query.where(s.session_type.in_(codes))
+            query = query.order_by(s.updated_at.desc(), s.session_id.desc())
+            return (await conn.execute(query.limit(limit).offset(offset))).all()
+
+        return [summary_from_row(row) for row in await self.database.read(work)]
+
+    async def count_messages(self, session_id: str) -> int:
+        """How many raw messages the session holds (0 for an unknown one); reads one row."""
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> int:
+            query = select(s.message_count).where(s.session_id == session_id)
+            return int((await conn.execute(query)).scalar() or 0)
+
+        return await self.database.read(work)
+
+    # -- the Raw Log ----------------------------------------------------------
+
+    async def list_raw_messages(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int = 0,
+        through_sequence: int | None = None,
+        limit: int = 10_000,
+        offset: int = 0,
+    ) -> list[RawMessageRecord]:
+        """One page of the Raw Log in sequence order, ignoring snapshots.
+
+        ``after_sequence`` is an exclusive lower bound (>= 0), ``through_sequence``
+        an inclusive upper bound (>= 1, or None); ``offset`` (>= 0) and ``limit``
+        (>= 1) page within that range. Deep pages cost what the first one does.
+        """
+        check_id(session_id, "session_id")
+        after = check_count(after_sequence, "after_sequence", minimum=0)
+        through = (
+            None
+            if through_sequence is None
+            else check_count(through_sequence, "through_sequence", minimum=1)
+        )
+        limit = check_count(limit, "limit", minimum=1)
+        offset = check_count(offset, "offset", minimum=0)
+
+        async def work(conn: AsyncConnection) -> Sequence[Any]:
+            return await fetch_page(
+                conn,
+                session_id,
+                after_sequence=after,
+                through_sequence=through,
+                limit=limit,
+                offset=offset,
+            )
+
+        return records_from_rows(await self.database.read(work))
+
+    async def load(self, session_id: str) -> SessionView:
+        """The latest snapshot and every raw message after its boundary, in order.
+
+        An unknown session gives an empty view and creates nothing.
+        """
+        check_id(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> tuple[Any, Any, Sequence[Any]] | None:
+            return await fetch_view(conn, session_id)
+
+        return view_from(await self.database.read(work))
+
+    async def append(
+        self,
+        session_id: str,
+        request_id: str,
+        message: TranscriptEntry,
+        timing: MessageTiming | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        tags: Mapping[str, JsonValue] | None = None,
+        usage: Usage | None = None,
+    ) -> int:
+        """Append one message; returns its sequence (1, 2, 3, ... per session).
+
+        The first append creates the session with ``parent_session_id``,
+        ``title`` and ``agent_name`` (later appends do not change them). The
+        parent is immutable: it must equal the stored one (None for a root
+        session). ``request_id`` correlates, it never deduplicates. No
+        ``timing`` records an instantaneous message; ``metadata`` and ``tags``
+        are JSON objects (tag keys non-empty); ``usage`` only with an entry
+        the assistant produced. Costs the same at any session length.
+        """
+        pending = PendingMessage.check(
+            session_id, request_id, message, timing, parent_session_id, title, agent_name,
+            metadata, tags, usage,
+        )
+        return await self.database.write(pending.write)
+
+    async def snapshot(
+        self,
+        session_id: str,
+        compacted_message: CompactedMessage,
+        compacted_through_sequence: int,
+        expected_version: int,
+    ) -> ContextSnapshot:
+        """Store a compaction checkpoint covering sequences up to ``compacted_through_sequence``.
+
+        Optimistic: ``expected_version`` must be the latest snapshot version
+        (0 before the first), else ``SnapshotConflictError``. The boundary must
+        be a stored sequence beyond the previous snapshot's. Raw messages are
+        never changed. Returns the new snapshot (version ``expected_version + 1``).
+        """
+        sid = check_id(session_id, "session_id")
+        summary = check_compacted(compacted_message)
+        boundary = check_count(compacted_through_sequence, "compacted_through_sequence", minimum=1)
+        expected = check_count(expected_version, "expected_version", minimum=0)
+
+        async def work(conn: AsyncConnection) -> ContextSnapshot:
+            return await write_snapshot(conn, sid, summary, boundary, expected)
+
+        return await self.database.write(work)
+
+    # -- blocking use ------------------------------------------------------------
+
+    def sync(self, *, runtime: SyncRuntime | None = None) -> SyncSessionStorage:
+        """A context-managed blocking view of this storage, for plain functions.
+
+        Without ``runtime`` the view runs its own background event loop and
+        stops it on exit; with one, it reuses that loop and leaves its shutdown
+        to the caller.
+        """
+        from .sync_view import SyncSessionStorage
+
+        return SyncSessionStorage(self, runtime=runtime)
+
+
+class SQLiteSessionStorage(SQLSessionStorage):
+    """``SQLSessionStorage`` on a SQLite file (None: ``~/.lovia-store/sessions.sqlite3``).
+
+    ``wal=True`` selects WAL journaling, for files several processes write.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, wal: bool = False) -> None:
+        SQLStore.__init__(self, _prepare(path), wal=wal)
