@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from lovia_store.db.schema import head_revision
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +129,7 @@ def test_imports_from_site_packages_with_migrations(installed: Installed) -> Non
         p.name for p in (REPO / "src/lovia_store/migrations/versions").glob("*.py")
     )
     assert found["template"] and found["env"]
-    assert found["head"] == "0001"
+    assert found["head"] == head_revision()
     assert not Path(found["package"]).resolve().is_relative_to(REPO)
 
 

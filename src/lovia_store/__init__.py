@@ -32,7 +32,7 @@ from .errors import (
 from .runs.agent import Agent, Model, ModelTurn, ScriptedModel
 from .runs.options import CheckpointOptions
 from .runs.runner import MaxTurnsExceeded, Runner, RunResult
-from .runs.tools import Tool, ToolContext, function_tool
+from .runs.tools import EffectMode, Tool, ToolContext, function_tool
 from .storage import (
     CompactedMessage,
     ContextSnapshot,
@@ -45,7 +45,14 @@ from .storage import (
     SyncRuntime,
     SyncSessionStorage,
 )
-from .stores.checkpoint_models import Checkpointer, RunHead, RunSnapshot, RunSummary
+from .stores.checkpoint_models import (
+    Checkpointer,
+    EffectLog,
+    RunHead,
+    RunSnapshot,
+    RunSummary,
+    ToolEffect,
+)
 from .stores.memory_checkpoints import InMemoryCheckpointer
 from .stores.memory_sessions import InMemorySession
 from .stores.segments import Segment, Session

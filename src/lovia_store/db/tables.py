@@ -31,6 +31,7 @@ __all__ = [
     "session_runs",
     "sessions",
     "snapshots",
+    "tool_effects",
 ]
 
 VERSION_TABLE = "lovia_alembic_version"
@@ -162,4 +163,18 @@ run_entries = Table(
     Column("entry_json", JsonText, nullable=False),
     PrimaryKeyConstraint("run_id", "position"),
     ForeignKeyConstraint(["run_id"], ["lovia_run_heads.run_id"]),
+)
+
+# What a run's side-effecting tool calls did: an intent row before a call runs
+# (for tools that are not simply at-least-once), and the outcome when the tool
+# committed its effect through the same transaction.
+tool_effects = Table(
+    "lovia_tool_effects",
+    metadata,
+    Column("run_id", Id, nullable=False),
+    Column("call_id", String(255), nullable=False),
+    Column("tool_name", String(255), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("result_json", JsonText, nullable=True),
+    PrimaryKeyConstraint("run_id", "call_id"),
 )

@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -32,11 +32,11 @@ from ..entries import (
     drop_dangling_tool_calls,
 )
 from ..errors import LoviaStoreError, UserError
-from ..stores.checkpoint_models import Checkpointer, RunHead, RunSnapshot
+from ..stores.checkpoint_models import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
 from ..stores.segments import Session, check_id
 from .agent import MODEL_OUTPUT, Agent
 from .options import CheckpointOptions
-from .tools import ToolContext
+from .tools import Tool, ToolContext, result_entry
 
 __all__ = ["MaxTurnsExceeded", "RunResult", "Runner"]
 
@@ -148,6 +148,7 @@ class _Run:
         self.run_id = (options.key if options else None) or uuid4().hex
         self.entries: list[TranscriptEntry] = []
         self.head = RunHead(agent_name=agent.name)
+        self.resumed = False
 
     # -- the lifecycle ----------------------------------------------------------------------
 
@@ -160,8 +161,7 @@ class _Run:
             self._restore(snapshot)
         else:
             self.head = RunHead(agent_name=self.entry_agent.name, started_at=time.time())
-            self.entries = list(fresh_input)
-            await self._save(self.entries)
+            await self._commit(fresh_input)
         history = (
             await self.session.load(self.session_id) if self.session and self.session_id else []
         )
@@ -173,9 +173,7 @@ class _Run:
         except Exception as exc:
             await self._mark("failed", {"type": type(exc).__name__, "message": str(exc)})
             raise
-        self.head.status = "completed"
-        self.head.output = output
-        await self._save([])
+        await self._commit([], status="completed", output=output)
         await self._persist(self.entries, self.head)
         return self._result(replayed=False)
 
@@ -225,10 +223,9 @@ class _Run:
     def _restore(self, snapshot: RunSnapshot) -> None:
         """An interrupted run: rebuild it from its snapshot (hard errors if its agent is gone)."""
         self.active = self._resolve(snapshot.agent_name)
+        self.resumed = True
         self.entries = list(snapshot.entries)
-        self.head = snapshot.head
-        self.head.status = "running"
-        self.head.error = None
+        self.head = snapshot.head.model_copy(update={"status": "running", "error": None})
 
     def _resolve(self, name: str) -> Agent:
         candidates = self.entry_agent.reachable().get(name, [])
@@ -267,11 +264,12 @@ class _Run:
                     f"model of {self.active.name!r} must return assistant text, reasoning or "
                     "tool calls (at least one)"
                 )
-            self.head.turns += 1
-            self.head.usage = self.head.usage + turn.usage
-            self.head.last_input_tokens = turn.usage.input_tokens
-            self.entries.extend(produced)
-            await self._save(produced)
+            await self._commit(
+                produced,
+                turns=self.head.turns + 1,
+                usage=self.head.usage + turn.usage,
+                last_input_tokens=turn.usage.input_tokens,
+            )
 
     def _finished(self) -> tuple[bool, JsonValue]:
         """Done when the latest model turn asked for no tools; its last text is the output."""
@@ -291,56 +289,85 @@ class _Run:
         pending = [
             e for e in self.entries if isinstance(e, ToolCallEntry) and e.call_id not in answered
         ]
+        known: dict[str, ToolEffect] = {}
+        if pending and self.resumed and isinstance(self.checkpointer, EffectLog):
+            # Only calls a crash left behind can have recorded intents or outcomes.
+            known = await self.checkpointer.tool_effects(self.run_id)
+        self.resumed = False
+        # Every pending call belongs to the agent that made it, the active one: a
+        # handoff among them takes effect only once all of them are answered.
         caller = self.active
         for call in pending:
             target = caller.handoff_target(call.name)
             if target is not None:
-                await self._handoff(call, target)
-                continue
-            tool = caller.tool(call.name)
-            context = ToolContext(self.run_id, call.call_id, self.head.turns, self.deps)
-            if tool is None:
                 result = ToolResultEntry(
-                    call_id=call.call_id, output=f"unknown tool {call.name!r}", is_error=True
+                    call_id=call.call_id, output=json.dumps({"assistant": target.name})
                 )
-            else:
-                result = await tool.invoke(call.arguments, context)
-            self.entries.append(result)
-            await self._save([result])
+                # Fired, not yet applied: a resume completes the switch.
+                await self._commit([result], pending_handoff=target.name)
+                continue
+            result = await self._call(caller.tool(call.name), call, known.get(call.call_id))
+            await self._commit([result])
         if self.head.pending_handoff is not None:
-            await self._apply_handoff(self._resolve(self.head.pending_handoff))
+            self.active = self._resolve(self.head.pending_handoff)
+            await self._commit([], agent_name=self.active.name, pending_handoff=None)
 
-    async def _handoff(self, call: ToolCallEntry, target: Agent) -> None:
-        if self.head.pending_handoff != target.name:
-            self.head.pending_handoff = target.name
-            await self._save([])  # the transfer fired; it is applied with its result below
-        result = ToolResultEntry(
-            call_id=call.call_id, output=json.dumps({"assistant": target.name})
-        )
-        self.entries.append(result)
-        await self._apply_handoff(target, result)
+    async def _call(
+        self, tool: Tool | None, call: ToolCallEntry, known: ToolEffect | None
+    ) -> ToolResultEntry:
+        """One tool call, as its declared effect mode allows after a crash."""
+        if tool is None:
+            return ToolResultEntry(
+                call_id=call.call_id, output=f"unknown tool {call.name!r}", is_error=True
+            )
+        if known is not None and known.outcome is not None:
+            return known.outcome  # it finished before the crash: never run it twice
+        if known is not None and tool.effect == "at_most_once":
+            return ToolResultEntry(
+                call_id=call.call_id,
+                output=f"{tool.name} was interrupted by a crash after it started; its outcome "
+                "is unknown and it was not run again (at-most-once)",
+                is_error=True,
+            )
+        log = self.checkpointer if isinstance(self.checkpointer, EffectLog) else None
+        effect = None
+        if log is not None:
+            if tool.effect != "at_least_once":
+                await log.record_intent(self.run_id, call.call_id, tool.name)
 
-    async def _apply_handoff(self, target: Agent, result: ToolResultEntry | None = None) -> None:
-        self.active = target
-        self.head.agent_name = target.name
-        self.head.pending_handoff = None
-        await self._save([result] if result is not None else [])
+            def effect(work: Callable[[Any], Awaitable[Any]]) -> Awaitable[Any]:
+                return log.run_effect(
+                    self.run_id,
+                    call.call_id,
+                    tool.name,
+                    work,
+                    lambda value: result_entry(call.call_id, value),
+                )
+
+        context = ToolContext(self.run_id, call.call_id, self.head.turns, self.deps, effect)
+        return await tool.invoke(call.arguments, context)
 
     # -- persistence ------------------------------------------------------------------------
 
-    async def _save(self, batch: Sequence[TranscriptEntry]) -> None:
+    async def _commit(self, batch: Sequence[TranscriptEntry], **changes: Any) -> None:
+        """Store a step: new entries plus head changes, applied here only once stored.
+
+        A failed write therefore leaves the run's state as the checkpoint has
+        it, so a later status write can never pair a newer head with older
+        entries.
+        """
+        head = self.head.model_copy(update={**changes, "updated_at": time.time()})
         if self.checkpointer is not None:
-            self.head.updated_at = time.time()
-            await self.checkpointer.append(self.run_id, batch, self.head)
+            await self.checkpointer.append(self.run_id, batch, head)
+        self.head = head
+        self.entries.extend(batch)
 
     async def _mark(self, status: str, error: dict[str, JsonValue] | None) -> None:
         """Best effort: record why the run stopped; the original error still propagates."""
         if self.checkpointer is None:
             return
-        self.head.status = "interrupted" if status == "interrupted" else "failed"
-        self.head.error = error
         with contextlib.suppress(Exception):  # never mask the error that stopped the run
-            await self._save([])
+            await self._commit([], status=status, error=error)
 
     async def _persist(self, entries: list[TranscriptEntry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:

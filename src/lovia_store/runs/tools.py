@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, get_type_hints
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..entries import ToolResultEntry
 from ..errors import UserError
 
-__all__ = ["Tool", "ToolContext", "function_tool"]
+__all__ = ["EffectMode", "Tool", "ToolContext", "function_tool"]
+
+T = TypeVar("T")
+
+EffectMode = Literal["at_least_once", "at_most_once", "keyed"]
+"""How a tool may be re-run when a crash left its call without a result:
+
+- ``at_least_once`` (default): it runs again; make it idempotent yourself.
+- ``at_most_once``: if it had started, it does not run again; the run sees an
+  "outcome unknown" error result instead.
+- ``keyed``: it runs again with the same ``ToolContext.idempotency_key``, for an
+  outside service that deduplicates on it.
+
+In every mode, a call whose outcome was recorded (``ToolContext.transaction``)
+gets that outcome back instead of running again.
+"""
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,25 @@ class ToolContext:
     call_id: str
     turn: int
     deps: Any = None
+    _effect: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across resumes: hand it to an outside service that deduplicates."""
+        return f"{self.run_id}:{self.call_id}"
+
+    async def transaction(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``work(connection)`` in one transaction on the checkpoint database that
+        also records this call's outcome (made from the value ``work`` returns).
+
+        When the tool's effect is a row in that database, effect and outcome commit
+        together: exactly once, across crashes. The tool must return that value.
+        """
+        if self._effect is None:
+            raise UserError("ctx.transaction() needs a run with a SQL checkpointer")
+        return await self._effect(work)  # type: ignore[no-any-return]
 
 
 class Tool:
@@ -40,7 +74,13 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        effect: EffectMode = "at_least_once",
     ) -> None:
+        if effect not in get_args(EffectMode):
+            raise UserError(
+                f"effect must be one of {', '.join(get_args(EffectMode))}, not {effect!r}"
+            )
+        self.effect = effect
         self.function = function
         self.name = name or function.__name__
         self.description = description or inspect.getdoc(function) or ""
@@ -74,7 +114,7 @@ class Tool:
                 value = await value
         except Exception as exc:  # a tool's failure is the model's to see, not the run's
             return _error(context.call_id, f"{type(exc).__name__}: {exc}")
-        return _result(context.call_id, value)
+        return result_entry(context.call_id, value)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -84,7 +124,7 @@ def _error(call_id: str, message: str) -> ToolResultEntry:
     return ToolResultEntry(call_id=call_id, output=message, is_error=True)
 
 
-def _result(call_id: str, value: Any) -> ToolResultEntry:
+def result_entry(call_id: str, value: Any) -> ToolResultEntry:
     if isinstance(value, str):
         return ToolResultEntry(call_id=call_id, output=value)
     if isinstance(value, BaseModel):
@@ -102,16 +142,18 @@ def function_tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    effect: EffectMode = "at_least_once",
 ) -> Any:
     """Turn an async or sync function into a ``Tool``.
 
     Arguments are validated against the function's signature; a first
     parameter annotated ``ToolContext`` receives the call's context.
+    ``effect`` declares how the tool may be re-run after a crash (``EffectMode``).
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         if not callable(fn):
             raise UserError(f"function_tool wraps a function, not {type(fn).__name__}")
-        return Tool(fn, name=name, description=description)
+        return Tool(fn, name=name, description=description, effect=effect)
 
     return wrap(function) if function is not None else wrap

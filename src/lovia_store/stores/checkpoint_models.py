@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ..entries import TranscriptEntry, Usage
+from ..entries import ToolResultEntry, TranscriptEntry, Usage
 from ..errors import UserError
 
-__all__ = ["Checkpointer", "RunHead", "RunSnapshot", "RunStatus", "RunSummary"]
+__all__ = [
+    "Checkpointer",
+    "EffectLog",
+    "RunHead",
+    "RunSnapshot",
+    "RunStatus",
+    "RunSummary",
+    "ToolEffect",
+]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 RUN_STATUSES: tuple[RunStatus, ...] = ("running", "interrupted", "completed", "failed")
@@ -88,6 +96,39 @@ class Checkpointer(Protocol):
     async def load(self, run_id: str) -> RunSnapshot | None: ...
 
     async def delete(self, run_id: str) -> None: ...
+
+
+class ToolEffect(BaseModel):
+    """What the store knows of one tool call: that it started, and maybe how it ended."""
+
+    call_id: str
+    tool_name: str
+    started_at: datetime
+    outcome: ToolResultEntry | None = None
+
+
+@runtime_checkable
+class EffectLog(Protocol):
+    """A checkpointer that also records tool calls' intents and outcomes.
+
+    ``record_intent`` is written (and committed) before a call runs;
+    ``run_effect`` runs ``work`` in one transaction on the store's database
+    and records the call's outcome in that same transaction, which makes an
+    effect that is a row in that database exactly-once.
+    """
+
+    async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]: ...
+
+    async def record_intent(self, run_id: str, call_id: str, tool_name: str) -> None: ...
+
+    async def run_effect(
+        self,
+        run_id: str,
+        call_id: str,
+        tool_name: str,
+        work: Callable[[Any], Awaitable[Any]],
+        outcome: Callable[[Any], ToolResultEntry],
+    ) -> Any: ...
 
 
 def summary_of(run_id: str, head: RunHead, entry_count: int, updated_at: datetime) -> RunSummary:

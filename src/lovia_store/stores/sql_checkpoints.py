@@ -9,21 +9,29 @@ rewritten, so the 2,000th step costs what the first did.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..db.tables import run_entries, run_heads
+from ..db.dialect import insert_ignore
+from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import utcnow
-from ..entries import TranscriptEntry, check_entries, entries_from_json_rows, entry_to_json
+from ..entries import (
+    ToolResultEntry,
+    TranscriptEntry,
+    check_entries,
+    entries_from_json_rows,
+    entry_to_json,
+)
 from .checkpoint_models import (
     RunHead,
     RunSnapshot,
     RunStatus,
     RunSummary,
+    ToolEffect,
     check_head,
     check_listing,
     summary_of,
@@ -35,6 +43,7 @@ __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
 h = run_heads.c
 e = run_entries.c
+fx = tool_effects.c
 
 
 async def _upsert_head(conn: AsyncConnection, run_id: str, head: RunHead, count: int) -> int:
@@ -73,6 +82,7 @@ async def delete_runs(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
     """Drop these runs' checkpoints inside the caller's transaction."""
     if run_ids:
         await conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
+        await conn.execute(delete(tool_effects).where(fx.run_id.in_(run_ids)))
         await conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
 
 
@@ -151,6 +161,72 @@ class SQLCheckpointer(SQLStore):
             )
             for row in await self.database.read(work)
         ]
+
+    # -- tool effects (see EffectLog) ------------------------------------------------------
+
+    async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
+        """What is recorded of this run's tool calls, by call id."""
+        check_id(run_id, "run_id")
+        query = select(fx.call_id, fx.tool_name, fx.started_at, fx.result_json).where(
+            fx.run_id == run_id
+        )
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list((await conn.execute(query)).all())
+
+        effects = {}
+        for row in await self.database.read(work):
+            outcome = None
+            if row.result_json is not None:
+                outcome = ToolResultEntry.model_validate_json(row.result_json)
+            effects[row.call_id] = ToolEffect(
+                call_id=row.call_id,
+                tool_name=row.tool_name,
+                started_at=row.started_at,
+                outcome=outcome,
+            )
+        return effects
+
+    async def record_intent(self, run_id: str, call_id: str, tool_name: str) -> None:
+        """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
+
+        async def work(conn: AsyncConnection) -> None:
+            await insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+
+        await self.database.write(work)
+
+    async def run_effect(
+        self,
+        run_id: str,
+        call_id: str,
+        tool_name: str,
+        work: Callable[[AsyncConnection], Awaitable[Any]],
+        outcome: Callable[[Any], ToolResultEntry],
+    ) -> Any:
+        """Run ``work`` and record the call's outcome in one transaction."""
+
+        async def transaction(conn: AsyncConnection) -> Any:
+            value = await work(conn)
+            document = outcome(value).model_dump_json()
+            await insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+            await conn.execute(
+                tool_effects.update()
+                .where(fx.run_id == run_id, fx.call_id == call_id)
+                .values(result_json=document)
+            )
+            return value
+
+        return await self.database.write(transaction)
+
+
+def _effect_row(run_id: str, call_id: str, tool_name: str) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "started_at": utcnow(),
+        "result_json": None,
+    }
 
 
 class SQLiteCheckpointer(SQLCheckpointer):

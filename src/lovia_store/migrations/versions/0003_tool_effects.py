@@ -1,0 +1,48 @@
+"""Tool effects: the intent and outcome of side-effecting tool calls.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+from lovia_store.db.types import UTCDateTime
+
+revision: str = "0003"
+down_revision: str | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _set_checkpoint_version(version: int) -> None:
+    schema = sa.table("lovia_schema", sa.column("store"), sa.column("version"))
+    op.execute(schema.update().where(schema.c.store == "checkpoint").values(version=version))
+
+
+def upgrade() -> None:
+    op.create_table(
+        "lovia_tool_effects",
+        sa.Column("run_id", sa.String(255), nullable=False),
+        sa.Column("call_id", sa.String(255), nullable=False),
+        sa.Column("tool_name", sa.String(255), nullable=False),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column(
+            "result_json",
+            sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"),
+            nullable=True,
+        ),
+        sa.PrimaryKeyConstraint("run_id", "call_id", name="pk_lovia_tool_effects"),
+    )
+    _set_checkpoint_version(2)
+
+
+def downgrade() -> None:
+    op.drop_table("lovia_tool_effects")
+    _set_checkpoint_version(1)
