@@ -48,8 +48,8 @@ async def main(url: str, mode: str, kill: str, log: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     async def charge_row(ctx: ToolContext) -> Any:
-        async def work(conn: Any) -> dict[str, str]:
-            await conn.execute(
+        def work(conn: Any) -> dict[str, str]:
+            conn.execute(
                 text("INSERT INTO host_charges (charge_key) VALUES (:key)"),
                 {"key": ctx.idempotency_key},
             )
@@ -75,8 +75,8 @@ async def main(url: str, mode: str, kill: str, log: str) -> None:
 
     db = Database(url, wal=url.startswith("sqlite"))
 
-    async def host_table(conn: Any) -> None:
-        await conn.execute(
+    def host_table(conn: Any) -> None:
+        conn.execute(
             text("CREATE TABLE IF NOT EXISTS host_charges (charge_key VARCHAR(200) PRIMARY KEY)")
         )
 

@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from conftest import Backend
 from helpers import a_run
@@ -27,8 +27,8 @@ from lovia_store.db.tables import schema_versions
 
 
 async def pragma(db: Database, name: str) -> object:
-    async def work(conn: AsyncConnection) -> object:
-        return (await conn.execute(text(f"PRAGMA {name}"))).scalar()
+    def work(conn: Connection) -> object:
+        return (conn.execute(text(f"PRAGMA {name}"))).scalar()
 
     return await db.read(work)
 
@@ -40,8 +40,10 @@ async def test_sqlite_settings(tmp_path: Path) -> None:
         assert await pragma(plain, "synchronous") == 2  # FULL
     async with Database(tmp_path / "wal.sqlite3", wal=True, busy_timeout=2.5) as wal:
         assert await pragma(wal, "journal_mode") == "wal"
-        assert await pragma(wal, "synchronous") == 1  # NORMAL
+        assert await pragma(wal, "synchronous") == 2  # FULL: durable across power loss
         assert await pragma(wal, "busy_timeout") == 2500
+    async with Database(tmp_path / "fast.sqlite3", wal=True, synchronous="normal") as fast:
+        assert await pragma(fast, "synchronous") == 1  # NORMAL
 
 
 async def test_accepts_path_url_memory_and_engine(tmp_path: Path) -> None:
@@ -108,8 +110,8 @@ def test_password_is_hidden() -> None:
 async def test_integrity_errors_become_conflicts(tmp_path: Path) -> None:
     async with Database(tmp_path / "c.sqlite3") as db:
 
-        async def duplicate(conn: AsyncConnection) -> None:
-            await conn.execute(schema_versions.insert().values(store="session", version=1))
+        def duplicate(conn: Connection) -> None:
+            conn.execute(schema_versions.insert().values(store="session", version=1))
 
         with pytest.raises(ConflictError) as caught:
             await db.write(duplicate)

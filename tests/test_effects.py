@@ -79,8 +79,8 @@ def tool_result(result: dict[str, Any]) -> dict[str, Any]:
 async def charges(url: str) -> int:
     async with Database(url) as db:
 
-        async def count(conn: Any) -> int:
-            return int((await conn.execute(text("SELECT count(*) FROM host_charges"))).scalar())
+        def count(conn: Any) -> int:
+            return int((conn.execute(text("SELECT count(*) FROM host_charges"))).scalar())
 
         return await db.read(count)
 

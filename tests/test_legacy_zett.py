@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, create_engine, text
 
 from conftest import LEGACY
 from helpers import say, user
@@ -44,8 +43,15 @@ from lovia_store.storage.records import SNAPSHOT_COLUMNS, snapshot_from_row
 MANIFEST = json.loads((LEGACY / "zett-0.2.1.manifest.json").read_text())
 ZETT_TABLES = {"agent_sessions", "raw_messages", "session_snapshots"}
 TIMING = (
-    "started_at", "completed_at", "duration_ns", "reasoning_started_at", "reasoning_completed_at",
-    "reasoning_duration_ns", "content_started_at", "content_completed_at", "content_duration_ns",
+    "started_at",
+    "completed_at",
+    "duration_ns",
+    "reasoning_started_at",
+    "reasoning_completed_at",
+    "reasoning_duration_ns",
+    "content_started_at",
+    "content_completed_at",
+    "content_duration_ns",
 )
 
 
@@ -65,14 +71,14 @@ def tables(path: Path) -> set[str]:
 
 
 async def all_snapshots(store: SQLSessionStorage, session_id: str) -> list[Any]:
-    async def work(conn: AsyncConnection) -> list[Any]:
+    def work(conn: Connection) -> list[Any]:
         query = (
             snapshots.select()
             .with_only_columns(*SNAPSHOT_COLUMNS)
             .where(snapshots.c.session_id == session_id)
             .order_by(snapshots.c.version)
         )
-        return [snapshot_from_row(row) for row in await conn.execute(query)]
+        return [snapshot_from_row(row) for row in conn.execute(query)]
 
     return await store.database.read(work)
 
@@ -97,7 +103,9 @@ async def assert_matches(store: SQLSessionStorage, manifest: dict[str, Any]) -> 
         assert len(records) == len(session["raw_messages"])
         for record, raw in zip(records, session["raw_messages"], strict=True):
             assert (record.id, record.sequence, record.request_id) == (
-                raw["id"], raw["sequence"], raw["request_id"]
+                raw["id"],
+                raw["sequence"],
+                raw["request_id"],
             )
             assert record.envelope == raw["message"]
             assert (record.metadata, record.tags) == (raw["metadata"], raw["tags"])
@@ -112,12 +120,15 @@ async def assert_matches(store: SQLSessionStorage, manifest: dict[str, Any]) -> 
         assert len(stored) == len(session["snapshots"])
         for snap, raw in zip(stored, session["snapshots"], strict=True):
             assert (snap.id, snap.version, snap.compacted_through_sequence) == (
-                raw["id"], raw["version"], raw["compacted_through_sequence"]
+                raw["id"],
+                raw["version"],
+                raw["compacted_through_sequence"],
             )
             assert snap.compacted_message == CompactedMessage(content=raw["summary"])
             assert snap.envelope == raw["message"]
             assert (snap.created_at, snap.updated_at) == (
-                when(raw["created_at"]), when(raw["updated_at"])
+                when(raw["created_at"]),
+                when(raw["updated_at"]),
             )
         view = await store.load(sid)
         expected_view = session["load_view"]
@@ -126,7 +137,9 @@ async def assert_matches(store: SQLSessionStorage, manifest: dict[str, Any]) -> 
         ]
         assert [r.sequence for r in view.raw_tail] == expected_view["raw_tail_sequences"]
         assert (view.parent_session_id, view.session_type, view.title, view.agent_name) == (
-            summary["parent_session_id"], summary["session_type"], summary["title"],
+            summary["parent_session_id"],
+            summary["session_type"],
+            summary["title"],
             summary["agent_name"],
         )
 
@@ -180,8 +193,9 @@ async def test_messages_are_shown_as_transcript_entries(
         role="user",
         content=[
             TextPart(text="What's the weather in Zürich, and what is in this image?"),
-            ImagePart(data=png["source"]["data"]["__kcs_bytes__"], mime_type="image/png",
-                      detail="high"),
+            ImagePart(
+                data=png["source"]["data"]["__kcs_bytes__"], mime_type="image/png", detail="high"
+            ),
             ImagePart(url="https://example.com/photo.jpg", detail="auto"),
         ],
     )
@@ -209,7 +223,8 @@ async def test_lovia_sees_the_adopted_sessions_and_both_apis_continue_them(
     async with SQLiteSession(path) as session:
         segments = await session.segments(root)
         assert [s.run_id for s in segments] == [
-            "01940000-0000-7000-8000-0000000000b1", "01940000-0000-7000-8000-0000000000b2"
+            "01940000-0000-7000-8000-0000000000b1",
+            "01940000-0000-7000-8000-0000000000b2",
         ]
         assert [len(s.entries) for s in segments] == [6, 4]
         await session.append(root, [user("lovia here"), say("hello")], run_id="lovia-run")
@@ -223,7 +238,9 @@ async def test_lovia_sees_the_adopted_sessions_and_both_apis_continue_them(
         view = await store.load(root)
         assert [r.sequence for r in view.raw_tail] == [13]
         assert [r.run_id for r in await store.list_raw_messages(root, after_sequence=10)] == [
-            "lovia-run", "lovia-run", None
+            "lovia-run",
+            "lovia-run",
+            None,
         ]
 
 
@@ -251,8 +268,11 @@ async def test_trimming_an_adopted_tool_result_drops_its_envelope(
     assert trimmed.envelope is None and trimmed.updated_at > trimmed.created_at
     assert isinstance(trimmed.message, ToolResultEntry)
     assert trimmed.message.output.startswith("rain rain ")
-    assert all(r.envelope is not None and r.updated_at == r.created_at
-               for q, r in records.items() if q != 4)
+    assert all(
+        r.envelope is not None and r.updated_at == r.created_at
+        for q, r in records.items()
+        if q != 4
+    )
 
 
 async def test_adoption_happens_on_postgresql_too(
@@ -265,10 +285,8 @@ async def test_adoption_happens_on_postgresql_too(
         assert not ZETT_TABLES & await store.database.read(_table_names)
 
 
-async def _table_names(conn: AsyncConnection) -> set[str]:
-    rows = await conn.execute(
-        text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-    )
+def _table_names(conn: Connection) -> set[str]:
+    rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"))
     return {row[0] for row in rows}
 
 

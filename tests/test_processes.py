@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, select, text
 
 import lovia_store
 from conftest import LEGACY
@@ -168,11 +167,11 @@ async def counters(where: str, session_id: str) -> tuple[int, int, int]:
     """The session row's (last_sequence, message_count, run_count), read without migrating."""
     c = sessions.c
 
-    async def work(conn: AsyncConnection) -> tuple[int, int, int]:
+    def work(conn: Connection) -> tuple[int, int, int]:
         query = select(c.last_sequence, c.message_count, c.run_count).where(
             c.session_id == session_id
         )
-        row = (await conn.execute(query)).one()
+        row = (conn.execute(query)).one()
         return int(row[0]), int(row[1]), int(row[2])
 
     async with Database(where, verify_only=True) as db:
@@ -182,9 +181,9 @@ async def counters(where: str, session_id: str) -> tuple[int, int, int]:
 async def schema_rows(where: str) -> tuple[list[str], dict[str, int]]:
     """Alembic's version rows and lovia_schema's rows, read without migrating."""
 
-    async def work(conn: AsyncConnection) -> tuple[list[str], dict[str, int]]:
-        revisions = (await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))).all()
-        versions = (await conn.execute(text("SELECT store, version FROM lovia_schema"))).all()
+    def work(conn: Connection) -> tuple[list[str], dict[str, int]]:
+        revisions = (conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))).all()
+        versions = (conn.execute(text("SELECT store, version FROM lovia_schema"))).all()
         return [r[0] for r in revisions], {r[0]: int(r[1]) for r in versions}
 
     async with Database(where, verify_only=True) as db:

@@ -29,8 +29,8 @@ def differences(conn: Connection) -> list[Any]:
 
 async def drift(target: str | Path) -> list[Any]:
     await upgrade(target)
-    async with Database(target) as db, db.engine.connect() as conn:
-        return await conn.run_sync(differences)
+    async with Database(target) as db:
+        return await db.read(differences)
 
 
 async def test_a_fresh_sqlite_file_matches_the_tables(tmp_path: Path) -> None:

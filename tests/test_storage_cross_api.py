@@ -74,7 +74,13 @@ async def test_raw_messages_form_segments_by_request_id(both: Both) -> None:
         Segment("req-1", [say("a3")], None),
     ]
     assert await both.session.load("s") == [
-        user("q1"), say("a1"), *a_run("run"), user("q2"), call("c"), result("c"), say("a3")
+        user("q1"),
+        say("a1"),
+        *a_run("run"),
+        user("q2"),
+        call("c"),
+        result("c"),
+        say("a3"),
     ]
     assert await both.storage.count_messages("s") == 10
     assert [r.sequence for r in await both.storage.list_raw_messages("s")] == list(range(1, 11))

@@ -12,8 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, event, text
 
 from conftest import Backend
 from helpers import user
@@ -27,22 +26,31 @@ LONG = 20_000
 
 
 async def write_long_session(store: SQLSessionStorage, session_id: str, count: int) -> None:
-    async def work(conn: AsyncConnection) -> None:
+    def work(conn: Connection) -> None:
         now = utcnow()
-        await conn.execute(
+        conn.execute(
             sessions.insert().values(
-                session_id=session_id, last_sequence=count, message_count=count,
-                created_at=now, updated_at=now,
+                session_id=session_id,
+                last_sequence=count,
+                message_count=count,
+                created_at=now,
+                updated_at=now,
             )
         )
         document = entry_to_json(user("x" * 40))
         rows = [
-            {"session_id": session_id, "sequence": q, "request_id": f"r{q // 10}",
-             "entry_type": "input", "entry_json": document, "created_at": now}
+            {
+                "session_id": session_id,
+                "sequence": q,
+                "request_id": f"r{q // 10}",
+                "entry_type": "input",
+                "entry_json": document,
+                "created_at": now,
+            }
             for q in range(1, count + 1)
         ]
         for start in range(0, count, 5000):
-            await conn.execute(messages.insert(), rows[start : start + 5000])
+            conn.execute(messages.insert(), rows[start : start + 5000])
 
     await store.database.write(work)
 
@@ -53,8 +61,8 @@ async def long_store(sql_backend: Backend) -> AsyncIterator[SQLSessionStorage]:
         await write_long_session(store, "long", LONG)
         await write_long_session(store, "other", 50)
 
-        async def analyze(conn: AsyncConnection) -> None:
-            await conn.execute(text("ANALYZE"))
+        def analyze(conn: Connection) -> None:
+            conn.execute(text("ANALYZE"))
 
         await store.database.write(analyze)
         yield store
@@ -63,10 +71,10 @@ async def long_store(sql_backend: Backend) -> AsyncIterator[SQLSessionStorage]:
 async def plan(store: SQLSessionStorage, *, lower: int, skip: int = 0) -> str:
     query = page_query("long", lower=lower, through=None, limit=50, skip=skip)
 
-    async def work(conn: AsyncConnection) -> str:
-        compiled = query.compile(conn.sync_connection, compile_kwargs={"literal_binds": True})
+    def work(conn: Connection) -> str:
+        compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
         prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
-        rows = await conn.execute(text(prefix + str(compiled)))
+        rows = conn.execute(text(prefix + str(compiled)))
         return "\n".join(str(row[-1]) for row in rows)
 
     return await store.database.read(work)
@@ -79,7 +87,7 @@ def statements(store: SQLSessionStorage) -> Iterator[list[tuple[str, Any]]]:
     def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         seen.append((statement, parameters))
 
-    engine = store.database.engine.sync_engine
+    engine = getattr(store.database.engine, "sync_engine", store.database.engine)
     event.listen(engine, "before_cursor_execute", record)
     try:
         yield seen

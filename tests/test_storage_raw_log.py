@@ -112,7 +112,10 @@ async def test_measured_timing_metadata_tags_and_usage_read_back(sql_backend: Ba
     metadata: dict[str, Any] = {"user": "u-1", "nested": {"a": [1, 2.5, None, True]}, "": 0}
     tags: dict[str, Any] = {"env": "test", "labels": ["x"], "ünï": "✓"}
     usage = Usage(
-        input_tokens=1523, output_tokens=312, cache_read_tokens=1024, cache_write_tokens=256,
+        input_tokens=1523,
+        output_tokens=312,
+        cache_read_tokens=1024,
+        cache_write_tokens=256,
         reasoning_tokens=128,
     )
     async with sql_backend.storage() as store:

@@ -264,8 +264,8 @@ async def test_counts_never_decode_payloads(sql_backend: Backend) -> None:
     async with sql_backend.storage() as store:
         await fill(store, "s", 4)
 
-        async def corrupt(conn: Any) -> None:
-            await conn.execute(update(messages).values(entry_json="{not json"))
+        def corrupt(conn: Any) -> None:
+            conn.execute(update(messages).values(entry_json="{not json"))
 
         await store.database.write(corrupt)
         assert await store.count_messages("s") == 4

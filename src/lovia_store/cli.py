@@ -9,8 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, func, select
 
 from .db.database import Database
 from .db.tables import session_runs, sessions
@@ -75,8 +74,8 @@ async def _list_sessions(db: Database) -> list[Any]:
         sessions.c.session_id, runs, sessions.c.message_count, sessions.c.updated_at
     ).order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
 
-    async def work(conn: AsyncConnection) -> list[Any]:
-        return list((await conn.execute(query)).all())
+    def work(conn: Connection) -> list[Any]:
+        return list((conn.execute(query)).all())
 
     return await db.read(work)
 

@@ -7,7 +7,7 @@ import os
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .db.database import Database
-from .db.schema import migrate
+from .db.schema import ensure_current, migrate
 
 __all__ = ["check", "upgrade"]
 
@@ -28,14 +28,11 @@ async def upgrade(target: Database | AsyncEngine | str | os.PathLike[str]) -> No
 async def check(target: Database | AsyncEngine | str | os.PathLike[str]) -> None:
     """Raise ``SchemaNotCurrentError`` or ``SchemaVersionError`` unless ``target`` is current.
 
-    Never writes to the database.
+    Never writes to the database (and never creates a missing SQLite file).
     """
-    db = Database(target, verify_only=True) if not isinstance(target, Database) else target
+    db = target if isinstance(target, Database) else Database(target, verify_only=True)
     try:
-        if db.verify_only:
-            await db.ensure_schema()
-        else:
-            await Database(db.engine, verify_only=True).ensure_schema()
+        await ensure_current(db, verify_only=True)
     finally:
         if db is not target:
             await db.close()

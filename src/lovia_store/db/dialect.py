@@ -1,36 +1,44 @@
-"""The few statements whose SQL differs by dialect: upserts and insert-if-absent."""
+"""The few statements whose SQL differs by dialect: upserts and insert-if-absent.
+
+Each statement is built once per dialect with bound parameters and reused, so
+the hot paths pay neither statement construction nor cache-key generation on
+every call.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, select
+from sqlalchemy import Connection, Table, bindparam, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
 
 from .tables import sessions
+from .types import UTCDateTime
 
 __all__ = ["Bumped", "bump_session", "insert_ignore"]
 
+_MYSQL = ("mysql", "mariadb")
+_DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
 
-def _is_mysql(conn: AsyncConnection) -> bool:
-    return conn.dialect.name in ("mysql", "mariadb")
+
+@cache
+def _insert_ignore(dialect: str, table: Table) -> Executable:
+    if dialect in _MYSQL:
+        return table.insert().prefix_with("IGNORE")
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing()
 
 
-async def insert_ignore(conn: AsyncConnection, table: Table, values: dict[str, Any]) -> bool:
+def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
     """Insert one row unless its key exists; True when the row was inserted.
 
     The uniqueness check happens inside the insert (never read-then-write),
     so racing writers settle on the constraint.
     """
-    if _is_mysql(conn):
-        stmt: Any = table.insert().prefix_with("IGNORE").values(values)
-    elif conn.dialect.name == "postgresql":
-        stmt = postgresql.insert(table).values(values).on_conflict_do_nothing()
-    else:
-        stmt = sqlite.insert(table).values(values).on_conflict_do_nothing()
-    result = await conn.execute(stmt)
+    result = conn.execute(_insert_ignore(conn.dialect.name, table), values)
     return bool(result.rowcount == 1)
 
 
@@ -42,8 +50,44 @@ class Bumped(NamedTuple):
     parent_session_id: str | None
 
 
-async def bump_session(
-    conn: AsyncConnection,
+c = sessions.c
+_RETURNED = (c.last_sequence, c.run_count, c.parent_session_id)
+
+
+@cache
+def _bump(dialect: str) -> Executable:
+    now = bindparam("now", type_=UTCDateTime())
+    values = {
+        "session_id": bindparam("sid"),
+        "last_sequence": bindparam("messages"),
+        "message_count": bindparam("messages"),
+        "run_count": bindparam("runs"),
+        "created_at": now,
+        "updated_at": now,
+        **{name: bindparam(name) for name in _DISPLAY},
+    }
+    bumps = {
+        "last_sequence": c.last_sequence + bindparam("messages"),
+        "message_count": c.message_count + bindparam("messages"),
+        "run_count": c.run_count + bindparam("runs"),
+        "updated_at": now,
+    }
+    if dialect in _MYSQL:
+        return mysql.insert(sessions).values(values).on_duplicate_key_update(**bumps)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(sessions)
+        .values(values)
+        .on_conflict_do_update(index_elements=[c.session_id], set_=bumps)
+        .returning(*_RETURNED)
+    )
+
+
+_BUMPED = select(*_RETURNED).where(c.session_id == bindparam("sid"))
+
+
+def bump_session(
+    conn: Connection,
     session_id: str,
     *,
     messages: int,
@@ -59,34 +103,11 @@ async def bump_session(
     Returns the last reserved sequence and run position, and the row's parent
     (so a caller can refuse a parent that differs from the stored one).
     """
-    values = {
-        "session_id": session_id,
-        "last_sequence": messages,
-        "message_count": messages,
-        "run_count": runs,
-        "created_at": now,
-        "updated_at": now,
-        **(create or {}),
-    }
-    c = sessions.c
-    bumps = {
-        "last_sequence": c.last_sequence + messages,
-        "message_count": c.message_count + messages,
-        "run_count": c.run_count + runs,
-        "updated_at": now,
-    }
-    returned = (c.last_sequence, c.run_count, c.parent_session_id)
-    if _is_mysql(conn):
-        stmt: Any = mysql.insert(sessions).values(values).on_duplicate_key_update(**bumps)
-        await conn.execute(stmt)
-        row = (await conn.execute(select(*returned).where(c.session_id == session_id))).one()
-    else:
-        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-        stmt = (
-            dialect.insert(sessions)
-            .values(values)
-            .on_conflict_do_update(index_elements=[c.session_id], set_=bumps)
-            .returning(*returned)
-        )
-        row = (await conn.execute(stmt)).one()
+    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
+    params.update(_DISPLAY)
+    params.update(create or {})
+    result = conn.execute(_bump(conn.dialect.name), params)
+    if conn.dialect.name in _MYSQL:  # no RETURNING: the row is locked, read it back
+        result = conn.execute(_BUMPED, {"sid": session_id})
+    row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])

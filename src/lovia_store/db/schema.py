@@ -20,7 +20,6 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import SchemaNotCurrentError, SchemaVersionError
 from .tables import VERSION_TABLE, metadata, schema_versions
@@ -120,21 +119,21 @@ def refuse_newer(state: SchemaState, database: str) -> None:
         )
 
 
-async def _lock(conn: AsyncConnection) -> None:
+def _lock(conn: Connection) -> None:
     """Serialize migrations across processes; held until the transaction ends.
 
     SQLite needs nothing more: the write transaction began IMMEDIATE, which
     already holds the file's write lock.
     """
     if conn.dialect.name == "postgresql":
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
     elif conn.dialect.name in ("mysql", "mariadb"):
-        await conn.execute(text("SELECT GET_LOCK(:name, 600)"), {"name": _MYSQL_LOCK})
+        conn.execute(text("SELECT GET_LOCK(:name, 600)"), {"name": _MYSQL_LOCK})
 
 
-async def _unlock(conn: AsyncConnection) -> None:
+def _unlock(conn: Connection) -> None:
     if conn.dialect.name in ("mysql", "mariadb"):
-        await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
+        conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
 
 
 def _upgrade(conn: Connection, target: str) -> None:
@@ -150,30 +149,30 @@ async def migrate(db: Database, target: str = "head") -> None:
     migrated while this one waited, and then there is nothing left to do.
     """
 
-    async def work(conn: AsyncConnection) -> None:
-        await _lock(conn)
+    def work(conn: Connection) -> None:
+        _lock(conn)
         try:
-            state = await conn.run_sync(read_state)
-            refuse_newer(state, db.url)
-            if state.revision != head_revision() or target != "head":
-                await conn.run_sync(_upgrade, target)
+            refuse_newer(read_state(conn), db.url)
+            if read_state(conn).revision != head_revision() or target != "head":
+                _upgrade(conn, target)
         finally:
-            await _unlock(conn)
+            _unlock(conn)
 
     await db.write_unchecked(work)
 
 
-async def ensure_current(db: Database) -> None:
-    """The first-use check: cheap when current, and only then lock-free."""
+async def ensure_current(db: Database, *, verify_only: bool) -> None:
+    """The first-use check: cheap when current, and only then lock-free.
 
-    async def look(conn: AsyncConnection) -> SchemaState:
-        return await conn.run_sync(read_state)
-
-    state = await db.read_unchecked(look)
+    ``verify_only`` never migrates and never creates a missing SQLite file.
+    """
+    if verify_only and db.missing_file():
+        raise SchemaNotCurrentError(database=db.url, found=None, expected=head_revision())
+    state = await db.read_unchecked(read_state)
     refuse_newer(state, db.url)
     if state.revision == head_revision():
         return
-    if db.verify_only:
+    if verify_only:
         raise SchemaNotCurrentError(database=db.url, found=state.revision, expected=head_revision())
     await migrate(db)
 
@@ -183,22 +182,18 @@ async def run_command_line(context: Any, url: str) -> None:
     from .database import Database
 
     db = Database(url)
+
+    def work(conn: Connection) -> None:
+        _lock(conn)
+        try:
+            refuse_newer(read_state(conn), db.url)
+            configure_context(context, conn)
+            with context.begin_transaction():
+                context.run_migrations()
+        finally:
+            _unlock(conn)
+
     try:
-
-        async def work(conn: AsyncConnection) -> None:
-            await _lock(conn)
-            try:
-                refuse_newer(await conn.run_sync(read_state), db.url)
-
-                def run(sync_conn: Connection) -> None:
-                    configure_context(context, sync_conn)
-                    with context.begin_transaction():
-                        context.run_migrations()
-
-                await conn.run_sync(run)
-            finally:
-                await _unlock(conn)
-
         await db.write_unchecked(work)
     finally:
         await db.close()

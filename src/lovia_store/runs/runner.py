@@ -335,7 +335,7 @@ class _Run:
             if tool.effect != "at_least_once":
                 await log.record_intent(self.run_id, call.call_id, tool.name)
 
-            def effect(work: Callable[[Any], Awaitable[Any]]) -> Awaitable[Any]:
+            def effect(work: Callable[[Any], Any]) -> Awaitable[Any]:
                 return log.run_effect(
                     self.run_id,
                     call.call_id,

@@ -44,7 +44,7 @@ class ToolContext:
     call_id: str
     turn: int
     deps: Any = None
-    _effect: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] | None = field(
+    _effect: Callable[[Callable[[Any], Any]], Awaitable[Any]] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -53,9 +53,10 @@ class ToolContext:
         """Stable across resumes: hand it to an outside service that deduplicates."""
         return f"{self.run_id}:{self.call_id}"
 
-    async def transaction(self, work: Callable[[Any], Awaitable[T]]) -> T:
+    async def transaction(self, work: Callable[[Any], T]) -> T:
         """Run ``work(connection)`` in one transaction on the checkpoint database that
         also records this call's outcome (made from the value ``work`` returns).
+        ``work`` is plain synchronous SQLAlchemy Core code on a ``Connection``.
 
         When the tool's effect is a row in that database, effect and outcome commit
         together: exactly once, across crashes. The tool must return that value.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection
 
 from ..db.dialect import bump_session
 from ..db.tables import messages
@@ -86,18 +86,18 @@ class PendingMessage:
         }
         return cls(sid, parent, create, row)
 
-    async def write(self, conn: AsyncConnection) -> int:
+    def write(self, conn: Connection) -> int:
         """Reserve the next sequence and insert the row; returns the sequence."""
         now = utcnow()
         sid = self.session_id
-        bumped = await bump_session(conn, sid, messages=1, runs=0, now=now, create=self.create)
+        bumped = bump_session(conn, sid, messages=1, runs=0, now=now, create=self.create)
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.
             raise UserError(
                 f"session {sid!r} has parent {bumped.parent_session_id!r}; the parent "
                 f"cannot change after creation (got {self.parent!r})"
             )
-        await conn.execute(
+        conn.execute(
             messages.insert().values(**self.row, sequence=bumped.last_sequence, created_at=now)
         )
         return bumped.last_sequence

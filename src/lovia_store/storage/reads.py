@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, Select, select
 
 from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
@@ -41,8 +40,8 @@ def page_query(
     return query.offset(skip) if skip else query
 
 
-async def fetch_page(
-    conn: AsyncConnection,
+def fetch_page(
+    conn: Connection,
     session_id: str,
     *,
     after_sequence: int,
@@ -52,9 +51,7 @@ async def fetch_page(
 ) -> Sequence[Any]:
     """One page, read in the caller's (read) transaction."""
     head = (
-        await conn.execute(
-            select(s.last_sequence, s.message_count).where(s.session_id == session_id)
-        )
+        conn.execute(select(s.last_sequence, s.message_count).where(s.session_id == session_id))
     ).first()
     if head is None:
         return []
@@ -65,7 +62,7 @@ async def fetch_page(
     if through_sequence is not None and lower >= through_sequence:
         return []
     query = page_query(session_id, lower=lower, through=through_sequence, limit=limit, skip=skip)
-    rows: Sequence[Any] = (await conn.execute(query)).all()
+    rows: Sequence[Any] = (conn.execute(query)).all()
     return rows
 
 
@@ -73,10 +70,10 @@ Found = tuple[Any, Any, Sequence[Any]]
 """The session row, its latest snapshot row (or None) and the tail rows."""
 
 
-async def fetch_view(conn: AsyncConnection, session_id: str) -> Found | None:
+def fetch_view(conn: Connection, session_id: str) -> Found | None:
     """The session row, its latest snapshot and the rows after its boundary (None: no session)."""
     head = (
-        await conn.execute(
+        conn.execute(
             select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
                 s.session_id == session_id
             )
@@ -85,7 +82,7 @@ async def fetch_view(conn: AsyncConnection, session_id: str) -> Found | None:
     if head is None:
         return None
     latest = (
-        await conn.execute(
+        conn.execute(
             select(*SNAPSHOT_COLUMNS)
             .where(p.session_id == session_id)
             .order_by(p.version.desc())
@@ -93,7 +90,7 @@ async def fetch_view(conn: AsyncConnection, session_id: str) -> Found | None:
         )
     ).first()
     boundary = 0 if latest is None else latest.compacted_through_sequence
-    tail = await conn.execute(
+    tail = conn.execute(
         select(*RECORD_COLUMNS)
         .where(m.session_id == session_id, m.sequence > boundary)
         .order_by(m.sequence)

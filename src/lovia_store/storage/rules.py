@@ -169,9 +169,7 @@ def check_usage(value: object, message: TranscriptEntry) -> Usage | None:
 
 def check_compacted(value: object) -> CompactedMessage:
     if not isinstance(value, CompactedMessage):
-        raise UserError(
-            f"compacted_message must be a CompactedMessage, not {type(value).__name__}"
-        )
+        raise UserError(f"compacted_message must be a CompactedMessage, not {type(value).__name__}")
     return value
 
 

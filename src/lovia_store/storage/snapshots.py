@@ -9,8 +9,7 @@ which rolls the claim back with the rest of the transaction.
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, select, update
 
 from ..db.tables import messages, sessions, snapshots
 from ..db.types import utcnow
@@ -25,22 +24,22 @@ s = sessions.c
 p = snapshots.c
 
 
-async def write_snapshot(
-    conn: AsyncConnection, sid: str, summary: CompactedMessage, boundary: int, expected: int
+def write_snapshot(
+    conn: Connection, sid: str, summary: CompactedMessage, boundary: int, expected: int
 ) -> ContextSnapshot:
     """Store snapshot ``expected + 1`` of ``sid`` covering sequences up to ``boundary``."""
-    claimed = await conn.execute(
+    claimed = conn.execute(
         update(sessions)
         .where(s.session_id == sid, s.snapshot_version == expected)
         .values(snapshot_version=s.snapshot_version + 1)
     )
     if claimed.rowcount != 1:
         query = select(s.snapshot_version).where(s.session_id == sid)
-        actual = (await conn.execute(query)).scalar()
+        actual = (conn.execute(query)).scalar()
         if actual is None and expected == 0:
             raise UserError(f"session {sid!r} has no raw messages to compact")
         raise SnapshotConflictError(session_id=sid, expected=expected, actual=actual or 0)
-    await _check_boundary(conn, sid, boundary, expected)
+    _check_boundary(conn, sid, boundary, expected)
     now = utcnow()
     snapshot = ContextSnapshot(
         id=new_uuid7(),
@@ -51,7 +50,7 @@ async def write_snapshot(
         created_at=now,
         updated_at=now,
     )
-    await conn.execute(
+    conn.execute(
         snapshots.insert().values(
             session_id=sid,
             version=snapshot.version,
@@ -66,11 +65,9 @@ async def write_snapshot(
     return snapshot
 
 
-async def _check_boundary(conn: AsyncConnection, sid: str, boundary: int, previous: int) -> None:
+def _check_boundary(conn: Connection, sid: str, boundary: int, previous: int) -> None:
     """The boundary names a stored message beyond the previous snapshot's boundary."""
-    stored = await conn.execute(
-        select(m.sequence).where(m.session_id == sid, m.sequence == boundary)
-    )
+    stored = conn.execute(select(m.sequence).where(m.session_id == sid, m.sequence == boundary))
     if stored.first() is None:
         raise UserError(
             f"compacted_through_sequence {boundary} is not a stored sequence of session {sid!r}"
@@ -79,7 +76,7 @@ async def _check_boundary(conn: AsyncConnection, sid: str, boundary: int, previo
         query = select(p.compacted_through_sequence).where(
             p.session_id == sid, p.version == previous
         )
-        before = (await conn.execute(query)).scalar()
+        before = (conn.execute(query)).scalar()
         if before is not None and boundary <= before:
             raise UserError(
                 f"compacted_through_sequence {boundary} must advance beyond the previous "

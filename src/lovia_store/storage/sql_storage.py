@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, select, update
 
 from ..db.dialect import insert_ignore
 from ..db.tables import sessions
@@ -109,10 +108,10 @@ class SQLSessionStorage(SQLStore):
             check_session_type(session_type),
         )
 
-        async def work(conn: AsyncConnection) -> SessionSummary:
+        def work(conn: Connection) -> SessionSummary:
             now = utcnow()
             row = {"session_id": sid, **values, "created_at": now, "updated_at": now}
-            if not await insert_ignore(conn, sessions, row):
+            if not insert_ignore(conn, sessions, row):
                 raise UserError(f"session {sid!r} already exists")
             return SessionSummary(
                 session_id=sid, message_count=0, **values, created_at=now, updated_at=now
@@ -124,9 +123,9 @@ class SQLSessionStorage(SQLStore):
         """The session's summary without its messages, or None."""
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> Any:
+        def work(conn: Connection) -> Any:
             query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
-            return (await conn.execute(query)).first()
+            return (conn.execute(query)).first()
 
         row = await self.database.read(work)
         return None if row is None else summary_from_row(row)
@@ -150,8 +149,8 @@ class SQLSessionStorage(SQLStore):
             if value is not None
         }
 
-        async def work(conn: AsyncConnection) -> Any:
-            changed = await conn.execute(
+        def work(conn: Connection) -> Any:
+            changed = conn.execute(
                 update(sessions)
                 .where(s.session_id == session_id)
                 .values(**changes, updated_at=utcnow())
@@ -159,7 +158,7 @@ class SQLSessionStorage(SQLStore):
             if not changed.rowcount:
                 return None
             query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
-            return (await conn.execute(query)).one()
+            return (conn.execute(query)).one()
 
         row = await self.database.write(work)
         return None if row is None else summary_from_row(row)
@@ -168,8 +167,8 @@ class SQLSessionStorage(SQLStore):
         """Delete the session, its raw messages and snapshots; True when it existed."""
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> bool:
-            return await delete_session_rows(conn, session_id)
+        def work(conn: Connection) -> bool:
+            return delete_session_rows(conn, session_id)
 
         return await self.database.write(work)
 
@@ -185,12 +184,12 @@ class SQLSessionStorage(SQLStore):
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
 
-        async def work(conn: AsyncConnection) -> Sequence[Any]:
+        def work(conn: Connection) -> Sequence[Any]:
             query = select(*SUMMARY_COLUMNS)
             if codes is not None:
                 query = query.where(s.session_type.in_(codes))
             query = query.order_by(s.updated_at.desc(), s.session_id.desc())
-            return (await conn.execute(query.limit(limit).offset(offset))).all()
+            return (conn.execute(query.limit(limit).offset(offset))).all()
 
         return [summary_from_row(row) for row in await self.database.read(work)]
 
@@ -198,9 +197,9 @@ class SQLSessionStorage(SQLStore):
         """How many raw messages the session holds (0 for an unknown one); reads one row."""
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> int:
+        def work(conn: Connection) -> int:
             query = select(s.message_count).where(s.session_id == session_id)
-            return int((await conn.execute(query)).scalar() or 0)
+            return int((conn.execute(query)).scalar() or 0)
 
         return await self.database.read(work)
 
@@ -231,8 +230,8 @@ class SQLSessionStorage(SQLStore):
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
 
-        async def work(conn: AsyncConnection) -> Sequence[Any]:
-            return await fetch_page(
+        def work(conn: Connection) -> Sequence[Any]:
+            return fetch_page(
                 conn,
                 session_id,
                 after_sequence=after,
@@ -250,8 +249,8 @@ class SQLSessionStorage(SQLStore):
         """
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> tuple[Any, Any, Sequence[Any]] | None:
-            return await fetch_view(conn, session_id)
+        def work(conn: Connection) -> tuple[Any, Any, Sequence[Any]] | None:
+            return fetch_view(conn, session_id)
 
         return view_from(await self.database.read(work))
 
@@ -279,8 +278,16 @@ class SQLSessionStorage(SQLStore):
         the assistant produced. Costs the same at any session length.
         """
         pending = PendingMessage.check(
-            session_id, request_id, message, timing, parent_session_id, title, agent_name,
-            metadata, tags, usage,
+            session_id,
+            request_id,
+            message,
+            timing,
+            parent_session_id,
+            title,
+            agent_name,
+            metadata,
+            tags,
+            usage,
         )
         return await self.database.write(pending.write)
 
@@ -303,8 +310,8 @@ class SQLSessionStorage(SQLStore):
         boundary = check_count(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = check_count(expected_version, "expected_version", minimum=0)
 
-        async def work(conn: AsyncConnection) -> ContextSnapshot:
-            return await write_snapshot(conn, sid, summary, boundary, expected)
+        def work(conn: Connection) -> ContextSnapshot:
+            return write_snapshot(conn, sid, summary, boundary, expected)
 
         return await self.database.write(work)
 

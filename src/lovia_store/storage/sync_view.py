@@ -76,9 +76,7 @@ class SyncRuntime:
                 raise RuntimeError("this SyncRuntime is closed")
             return asyncio.run_coroutine_threadsafe(run(), self._loop)
 
-    def call(
-        self, function: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T:
+    def call(self, function: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``function(*args, **kwargs)`` on the loop and return its result (or raise)."""
         future = self._submit(lambda: function(*args, **kwargs))
         try:
@@ -142,17 +140,7 @@ async def _finish(cleanups: list[Callable[[], Awaitable[None]]]) -> None:
 
 async def release_loop(database: Database) -> None:
     """Let ``database`` drop the connections it opened on the running loop."""
-    loops: dict[Any, Any] = getattr(database, "_loops", {})
-    state = loops.get(asyncio.get_running_loop())
-    on_base_engine = state is not None and state.engine is database.engine
     await database.dispose_loop()
-    # The first loop to use a Database uses its base engine, and dispose_loop
-    # leaves that engine's pool alone; its pooled connections belong to this
-    # loop, so they are closed here, before the loop goes (asyncpg connections
-    # cannot be used from another loop). Remove once dispose_loop does it.
-    owned = getattr(database, "_owns_engine", False) and not database.is_memory
-    if on_base_engine and owned and not getattr(database, "_closed", False):
-        await database.engine.dispose()
 
 
 def _blocking(

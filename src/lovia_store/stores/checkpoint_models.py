@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -126,7 +126,7 @@ class EffectLog(Protocol):
         run_id: str,
         call_id: str,
         tool_name: str,
-        work: Callable[[Any], Awaitable[Any]],
+        work: Callable[[Any], Any],
         outcome: Callable[[Any], ToolResultEntry],
     ) -> Any: ...
 

@@ -7,7 +7,7 @@ error; it exists so code and tests can run without a database.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,7 +90,7 @@ class InMemoryCheckpointer:
         run_id: str,
         call_id: str,
         tool_name: str,
-        work: Callable[[Any], Awaitable[Any]],
+        work: Callable[[Any], Any],
         outcome: Callable[[Any], ToolResultEntry],
     ) -> Any:
         """There is no database to share: the effect cannot be transactional here."""

@@ -9,16 +9,17 @@ rewritten, so the 2,000th step costs what the first did.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
 
 from ..db.dialect import insert_ignore
 from ..db.tables import run_entries, run_heads, tool_effects
-from ..db.types import utcnow
+from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -46,44 +47,59 @@ e = run_entries.c
 fx = tool_effects.c
 
 
-async def _upsert_head(conn: AsyncConnection, run_id: str, head: RunHead, count: int) -> int:
-    """Replace the head and reserve ``count`` positions; returns the last one."""
-    now = utcnow()
+@cache
+def _upsert(dialect: str) -> Executable:
+    now = bindparam("now", type_=UTCDateTime())
     values = {
-        "run_id": run_id,
-        "status": head.status,
-        "head_json": head.model_dump_json(),
-        "entry_count": count,
+        "run_id": bindparam("run_id"),
+        "status": bindparam("status"),
+        "head_json": bindparam("head_json"),
+        "entry_count": bindparam("count"),
         "created_at": now,
         "updated_at": now,
     }
     changes = {
-        "status": head.status,
-        "head_json": values["head_json"],
-        "entry_count": h.entry_count + count,
+        "status": bindparam("status"),
+        "head_json": bindparam("head_json"),
+        "entry_count": h.entry_count + bindparam("count"),
         "updated_at": now,
     }
-    if conn.dialect.name in ("mysql", "mariadb"):
-        stmt: Any = mysql.insert(run_heads).values(values).on_duplicate_key_update(**changes)
-        await conn.execute(stmt)
-        query = select(h.entry_count).where(h.run_id == run_id)
-        return int((await conn.execute(query)).scalar_one())
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = (
-        dialect.insert(run_heads)
+    if dialect in ("mysql", "mariadb"):
+        return mysql.insert(run_heads).values(values).on_duplicate_key_update(**changes)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(run_heads)
         .values(values)
         .on_conflict_do_update(index_elements=[h.run_id], set_=changes)
         .returning(h.entry_count)
     )
-    return int((await conn.execute(stmt)).scalar_one())
 
 
-async def delete_runs(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
+_COUNT = select(h.entry_count).where(h.run_id == bindparam("run_id"))
+_INSERT_ENTRIES = run_entries.insert()
+
+
+def _upsert_head(conn: Connection, run_id: str, head: RunHead, count: int) -> int:
+    """Replace the head and reserve ``count`` positions; returns the last one."""
+    params = {
+        "run_id": run_id,
+        "status": head.status,
+        "head_json": head.model_dump_json(),
+        "count": count,
+        "now": utcnow(),
+    }
+    result = conn.execute(_upsert(conn.dialect.name), params)
+    if conn.dialect.name in ("mysql", "mariadb"):  # no RETURNING: read the locked row back
+        result = conn.execute(_COUNT, {"run_id": run_id})
+    return int(result.scalar_one())
+
+
+def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
     """Drop these runs' checkpoints inside the caller's transaction."""
     if run_ids:
-        await conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
-        await conn.execute(delete(tool_effects).where(fx.run_id.in_(run_ids)))
-        await conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
+        conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
+        conn.execute(delete(tool_effects).where(fx.run_id.in_(run_ids)))
+        conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
 
 
 class SQLCheckpointer(SQLStore):
@@ -98,12 +114,12 @@ class SQLCheckpointer(SQLStore):
         check_head(head)
         documents = [entry_to_json(entry) for entry in batch]
 
-        async def work(conn: AsyncConnection) -> None:
-            last = await _upsert_head(conn, run_id, head, len(documents))
+        def work(conn: Connection) -> None:
+            last = _upsert_head(conn, run_id, head, len(documents))
             if documents:
                 first = last - len(documents) + 1
-                await conn.execute(
-                    run_entries.insert(),
+                conn.execute(
+                    _INSERT_ENTRIES,
                     [
                         {"run_id": run_id, "position": first + i, "entry_json": document}
                         for i, document in enumerate(documents)
@@ -115,13 +131,11 @@ class SQLCheckpointer(SQLStore):
     async def load(self, run_id: str) -> RunSnapshot | None:
         check_id(run_id, "run_id")
 
-        async def work(conn: AsyncConnection) -> tuple[str | None, list[str]]:
-            head = (await conn.execute(select(h.head_json).where(h.run_id == run_id))).scalar()
+        def work(conn: Connection) -> tuple[str | None, list[str]]:
+            head = (conn.execute(select(h.head_json).where(h.run_id == run_id))).scalar()
             if head is None:
                 return None, []
-            rows = await conn.execute(
-                select(e.entry_json).where(e.run_id == run_id).order_by(e.position)
-            )
+            rows = conn.execute(select(e.entry_json).where(e.run_id == run_id).order_by(e.position))
             return head, list(rows.scalars())
 
         head_json, documents = await self.database.read(work)
@@ -133,8 +147,8 @@ class SQLCheckpointer(SQLStore):
     async def delete(self, run_id: str) -> None:
         check_id(run_id, "run_id")
 
-        async def work(conn: AsyncConnection) -> None:
-            await delete_runs(conn, [run_id])
+        def work(conn: Connection) -> None:
+            delete_runs(conn, [run_id])
 
         await self.database.write(work)
 
@@ -149,8 +163,8 @@ class SQLCheckpointer(SQLStore):
             query = query.where(h.status == status)
         query = query.order_by(h.updated_at.desc(), h.run_id.desc()).limit(limit).offset(offset)
 
-        async def work(conn: AsyncConnection) -> list[Any]:
-            return list((await conn.execute(query)).all())
+        def work(conn: Connection) -> list[Any]:
+            return list((conn.execute(query)).all())
 
         return [
             summary_of(
@@ -171,8 +185,8 @@ class SQLCheckpointer(SQLStore):
             fx.run_id == run_id
         )
 
-        async def work(conn: AsyncConnection) -> list[Any]:
-            return list((await conn.execute(query)).all())
+        def work(conn: Connection) -> list[Any]:
+            return list((conn.execute(query)).all())
 
         effects = {}
         for row in await self.database.read(work):
@@ -190,8 +204,8 @@ class SQLCheckpointer(SQLStore):
     async def record_intent(self, run_id: str, call_id: str, tool_name: str) -> None:
         """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
 
-        async def work(conn: AsyncConnection) -> None:
-            await insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+        def work(conn: Connection) -> None:
+            insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
 
         await self.database.write(work)
 
@@ -200,16 +214,16 @@ class SQLCheckpointer(SQLStore):
         run_id: str,
         call_id: str,
         tool_name: str,
-        work: Callable[[AsyncConnection], Awaitable[Any]],
+        work: Callable[[Connection], Any],
         outcome: Callable[[Any], ToolResultEntry],
     ) -> Any:
         """Run ``work`` and record the call's outcome in one transaction."""
 
-        async def transaction(conn: AsyncConnection) -> Any:
-            value = await work(conn)
+        def transaction(conn: Connection) -> Any:
+            value = work(conn)
             document = outcome(value).model_dump_json()
-            await insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
-            await conn.execute(
+            insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+            conn.execute(
                 tool_effects.update()
                 .where(fx.run_id == run_id, fx.call_id == call_id)
                 .values(result_json=document)

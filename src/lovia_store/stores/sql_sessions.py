@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import uuid4
 
-from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, bindparam, delete, func, select, update
 
 from .._json import dump_object, load_object
 from ..db.dialect import bump_session, insert_ignore
@@ -45,6 +44,7 @@ __all__ = ["SQLSession", "SQLiteSession"]
 
 m = messages.c
 r = session_runs.c
+_INSERT_MESSAGES = messages.insert()
 
 
 class _AlreadyStored(Exception):
@@ -63,22 +63,22 @@ class SQLSession(SQLStore):
         """Every entry of the session, in order (the flat view of ``segments``)."""
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> list[str]:
+        def work(conn: Connection) -> list[str]:
             query = select(m.entry_json).where(m.session_id == session_id).order_by(m.sequence)
-            return list((await conn.execute(query)).scalars())
+            return list((conn.execute(query)).scalars())
 
         return entries_from_json_rows(await self.database.read(work))
 
     async def segments(self, session_id: str) -> list[Segment]:
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> tuple[Sequence[Any], Sequence[Any]]:
-            rows = await conn.execute(
+        def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
+            rows = conn.execute(
                 select(m.request_id, m.run_id, m.entry_json)
                 .where(m.session_id == session_id)
                 .order_by(m.sequence)
             )
-            runs = await conn.execute(
+            runs = conn.execute(
                 select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
                 .where(r.session_id == session_id)
                 .order_by(r.position)
@@ -106,9 +106,9 @@ class SQLSession(SQLStore):
         documents = [entry_to_json(entry) for entry in stored]
         count = len(stored)
 
-        async def work(conn: AsyncConnection) -> None:
+        def work(conn: Connection) -> None:
             now = utcnow()
-            bumped = await bump_session(conn, session_id, messages=count, runs=1, now=now)
+            bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
             last, position = bumped.last_sequence, bumped.run_count
             first = last - count + 1
             run = {
@@ -120,11 +120,11 @@ class SQLSession(SQLStore):
                 "meta_json": meta_json,
                 "created_at": now,
             }
-            if not await insert_ignore(conn, session_runs, run):
+            if not insert_ignore(conn, session_runs, run):
                 raise _AlreadyStored
             if stored:
-                await conn.execute(
-                    messages.insert(),
+                conn.execute(
+                    _INSERT_MESSAGES,
                     [
                         {
                             "session_id": session_id,
@@ -148,8 +148,8 @@ class SQLSession(SQLStore):
         """Delete the session: its entries, runs, snapshots and identity."""
         check_id(session_id, "session_id")
 
-        async def work(conn: AsyncConnection) -> None:
-            await delete_session_rows(conn, session_id)
+        def work(conn: Connection) -> None:
+            delete_session_rows(conn, session_id)
 
         await self.database.write(work)
 
@@ -166,8 +166,8 @@ class SQLSession(SQLStore):
         check_non_negative(keep_chars, "keep_chars")
         check_non_negative(keep_runs, "keep_runs")
 
-        async def work(conn: AsyncConnection) -> int:
-            cutoff = await _first_kept_sequence(conn, session_id, keep_runs)
+        def work(conn: Connection) -> int:
+            cutoff = _first_kept_sequence(conn, session_id, keep_runs)
             query = select(m.sequence, m.entry_json).where(
                 m.session_id == session_id,
                 m.entry_type == "tool_result",
@@ -177,14 +177,14 @@ class SQLSession(SQLStore):
             if cutoff is not None:
                 query = query.where(m.sequence < cutoff)
             changes = []
-            for sequence, document in await conn.execute(query):
+            for sequence, document in conn.execute(query):
                 entry = entries_from_json_rows([document])[0]
                 assert isinstance(entry, ToolResultEntry)
                 short = trim_entry(entry, keep_chars)
                 if short is not None:
                     changes.append({"seq": sequence, "doc": entry_to_json(short)})
             if changes:
-                await conn.execute(
+                conn.execute(
                     update(messages)
                     .where(m.session_id == session_id, m.sequence == bindparam("seq"))
                     # An adopted zett envelope holds the untrimmed output: it goes
@@ -212,10 +212,10 @@ class SQLSession(SQLStore):
         check_non_negative(keep_entries, "keep_entries")
         same_database = getattr(checkpointer, "database", None) is self.database
 
-        async def work(conn: AsyncConnection) -> tuple[int, list[str]]:
-            removed, touched = await rewind_rows(conn, session_id, keep_entries)
+        def work(conn: Connection) -> tuple[int, list[str]]:
+            removed, touched = rewind_rows(conn, session_id, keep_entries)
             if same_database:
-                await delete_runs(conn, touched)
+                delete_runs(conn, touched)
             return removed, touched
 
         removed, touched = await self.database.write(work)
@@ -265,13 +265,11 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
     return out
 
 
-async def _first_kept_sequence(
-    conn: AsyncConnection, session_id: str, keep_runs: int
-) -> int | None:
+def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
     """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
     if keep_runs == 0:
         return None
-    rows = await conn.stream(
+    rows = conn.execute(
         select(m.sequence, m.run_id, m.request_id)
         .where(m.session_id == session_id)
         .order_by(m.sequence.desc())
@@ -279,10 +277,10 @@ async def _first_kept_sequence(
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
-    async for sequence, run_id, request_id in rows:
+    for sequence, run_id, request_id in rows:
         if (run_id, request_id) != key:
             if seen == keep_runs:
-                await rows.close()
+                rows.close()
                 return first
             seen += 1
             key = (run_id, request_id)
@@ -290,13 +288,11 @@ async def _first_kept_sequence(
     return 0
 
 
-async def rewind_rows(
-    conn: AsyncConnection, session_id: str, keep_entries: int
-) -> tuple[int, list[str]]:
+def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
     ids of the runs the cut truncated or deleted."""
     cut_row = (
-        await conn.execute(
+        conn.execute(
             select(m.sequence, m.run_id, m.request_id)
             .where(m.session_id == session_id)
             .order_by(m.sequence)
@@ -309,17 +305,17 @@ async def rewind_rows(
     cut = int(cut_row.sequence)
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
-    before = await conn.stream(
+    before = conn.execute(
         select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
         .where(m.session_id == session_id, m.sequence < cut)
         .order_by(m.sequence.desc())
     )
     kept_part: list[Any] = []
-    async for row in before:
+    for row in before:
         if (row.run_id, row.request_id) != (cut_row.run_id, cut_row.request_id):
             break
         kept_part.append(row)
-    await before.close()
+    before.close()
     answered = {row.call_id for row in kept_part if row.entry_type == "tool_result"}
     dangling = [
         int(row.sequence)
@@ -327,29 +323,27 @@ async def rewind_rows(
         if row.entry_type == "tool_call" and row.call_id not in answered
     ]
     removed_tail = (
-        await conn.execute(delete(messages).where(m.session_id == session_id, m.sequence >= cut))
+        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence >= cut))
     ).rowcount
     if dangling:
-        await conn.execute(
-            delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling))
-        )
+        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling)))
     removed = int(removed_tail) + len(dangling)
     later = (r.session_id == session_id) & (r.first_sequence >= cut)
-    touched = list((await conn.execute(select(r.run_id).where(later))).scalars())
+    touched = list((conn.execute(select(r.run_id).where(later))).scalars())
     if cut_row.run_id is not None and cut_row.run_id not in touched:
         touched.append(cut_row.run_id)
-    await conn.execute(delete(session_runs).where(later))
+    conn.execute(delete(session_runs).where(later))
     if cut_row.run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
         boundary = (r.session_id == session_id) & (r.run_id == cut_row.run_id)
         if remaining:
-            await conn.execute(
+            conn.execute(
                 update(session_runs).where(boundary).values(meta_json=None, entry_count=remaining)
             )
         else:
-            await conn.execute(delete(session_runs).where(boundary))
+            conn.execute(delete(session_runs).where(boundary))
     lowest_removed = min([cut, *dangling])
-    await conn.execute(
+    conn.execute(
         delete(snapshots).where(
             snapshots.c.session_id == session_id,
             snapshots.c.compacted_through_sequence >= lowest_removed,
@@ -360,7 +354,7 @@ async def rewind_rows(
         .where(snapshots.c.session_id == session_id)
         .scalar_subquery()
     )
-    await conn.execute(
+    conn.execute(
         update(sessions)
         .where(sessions.c.session_id == session_id)
         .values(
@@ -372,9 +366,9 @@ async def rewind_rows(
     return removed, touched
 
 
-async def delete_session_rows(conn: AsyncConnection, session_id: str) -> bool:
+def delete_session_rows(conn: Connection, session_id: str) -> bool:
     """Delete a session and everything it owns; True when it existed."""
     for table in (messages, session_runs, snapshots):
-        await conn.execute(delete(table).where(table.c.session_id == session_id))
-    result = await conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+        conn.execute(delete(table).where(table.c.session_id == session_id))
+    result = conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
     return bool(result.rowcount)

@@ -161,19 +161,25 @@ def _stats(bind: sa.Connection) -> dict[str, dict[str, Any]]:
     stats: dict[str, dict[str, Any]] = {}
     for sid, count, last, first_at, last_at in bind.execute(
         sa.select(
-            m.session_id, sa.func.count(), sa.func.max(m.sequence),
-            sa.func.min(m.created_at), sa.func.max(m.created_at),
+            m.session_id,
+            sa.func.count(),
+            sa.func.max(m.sequence),
+            sa.func.min(m.created_at),
+            sa.func.max(m.created_at),
         ).group_by(m.session_id)
     ):
         stats[sid] = {"count": count, "last": last, "first_at": first_at, "last_at": last_at}
     for sid, version, first_at, last_at in bind.execute(
         sa.select(
-            s.session_id, sa.func.max(s.version), sa.func.min(s.created_at),
+            s.session_id,
+            sa.func.max(s.version),
+            sa.func.min(s.created_at),
             sa.func.max(s.created_at),
         ).group_by(s.session_id)
     ):
-        entry = stats.setdefault(sid, {"count": 0, "last": 0, "first_at": first_at,
-                                       "last_at": last_at})
+        entry = stats.setdefault(
+            sid, {"count": 0, "last": 0, "first_at": first_at, "last_at": last_at}
+        )
         entry["version"] = version
     return stats
 
@@ -203,15 +209,22 @@ def _adopt_sessions(bind: sa.Connection, stats: dict[str, dict[str, Any]]) -> li
     for sid in stats.keys() - rows.keys():
         first_at, last_at = stats[sid]["first_at"], stats[sid]["last_at"]
         rows[sid] = {
-            "session_id": sid, "parent_session_id": None, "session_type": 0, "title": None,
-            "agent_name": None, "created_at": _utc(first_at), "updated_at": _utc(last_at),
+            "session_id": sid,
+            "parent_session_id": None,
+            "session_type": 0,
+            "title": None,
+            "agent_name": None,
+            "created_at": _utc(first_at),
+            "updated_at": _utc(last_at),
         }
     ids = sorted(rows)
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
-        taken = bind.execute(
-            sa.select(_sessions.c.session_id).where(_sessions.c.session_id.in_(chunk))
-        ).scalars().first()
+        taken = (
+            bind.execute(sa.select(_sessions.c.session_id).where(_sessions.c.session_id.in_(chunk)))
+            .scalars()
+            .first()
+        )
         if taken is not None:
             raise RuntimeError(
                 f"cannot adopt zett-agent's tables: session {taken!r} exists in both stores"
@@ -219,13 +232,15 @@ def _adopt_sessions(bind: sa.Connection, stats: dict[str, dict[str, Any]]) -> li
         values = []
         for sid in chunk:
             counts = stats.get(sid, {})
-            values.append({
-                **rows[sid],
-                "last_sequence": counts.get("last") or 0,
-                "message_count": counts.get("count", 0),
-                "run_count": 0,
-                "snapshot_version": counts.get("version") or 0,
-            })
+            values.append(
+                {
+                    **rows[sid],
+                    "last_sequence": counts.get("last") or 0,
+                    "message_count": counts.get("count", 0),
+                    "run_count": 0,
+                    "snapshot_version": counts.get("version") or 0,
+                }
+            )
         bind.execute(_sessions.insert(), values)
     return ids
 
@@ -250,16 +265,18 @@ def _adopt_snapshots(bind: sa.Connection) -> None:
     rows = []
     for row in bind.execute(sa.select(_z_snapshots).order_by(s.session_id, s.version)):
         envelope, verbatim = _envelope(row.message_json, f"snapshot {row.id}")
-        rows.append({
-            "session_id": row.session_id,
-            "version": row.version,
-            "snapshot_id": row.id,
-            "compacted_through_sequence": row.compacted_through_sequence,
-            "summary_json": _compact({"content": summary_from_envelope(envelope)}),
-            "envelope_json": verbatim,
-            "created_at": _utc(row.created_at),
-            "updated_at": _utc(row.updated_at),
-        })
+        rows.append(
+            {
+                "session_id": row.session_id,
+                "version": row.version,
+                "snapshot_id": row.id,
+                "compacted_through_sequence": row.compacted_through_sequence,
+                "summary_json": _compact({"content": summary_from_envelope(envelope)}),
+                "envelope_json": verbatim,
+                "created_at": _utc(row.created_at),
+                "updated_at": _utc(row.updated_at),
+            }
+        )
     for start in range(0, len(rows), _CHUNK):
         bind.execute(_snapshots.insert(), rows[start : start + _CHUNK])
 

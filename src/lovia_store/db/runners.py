@@ -1,0 +1,271 @@
+"""How a unit of work reaches the database: one transaction, one trip.
+
+Stores write their SQL as plain synchronous Core code against a
+``Connection`` (a *work* function). A runner executes one work function as one
+transaction:
+
+- ``ThreadRunner`` (SQLite files and ``:memory:`` that lovia-store opens):
+  the whole transaction runs in a worker thread on a pysqlite connection, so an
+  operation costs one thread hop, not one per statement. Writes go to a single
+  writer thread (SQLite has one writer per file; queueing in-process beats
+  spinning in the busy handler), reads to a few reader threads.
+- ``AsyncRunner`` (PostgreSQL, MySQL, or any ``AsyncEngine`` a caller passes):
+  the work function runs under ``AsyncConnection.run_sync`` on the running
+  loop's engine; connections never cross event loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from .errors import translate
+
+__all__ = ["AsyncRunner", "Runner", "ThreadRunner", "Work"]
+
+T = TypeVar("T")
+Work = Callable[[Connection], T]
+
+_WRITE = "lovia_write"
+_READERS = 3
+
+
+class _Failed(Exception):
+    """Carries a driver error out of a transaction with the phase it happened in."""
+
+    def __init__(self, error: DBAPIError, committing: bool) -> None:
+        self.error = error
+        self.committing = committing
+
+
+def _transaction(conn: Connection, work: Work[T]) -> T:
+    committing = False
+    try:
+        transaction = conn.begin()
+        try:
+            result = work(conn)
+        except BaseException:
+            transaction.rollback()
+            raise
+        committing = True
+        transaction.commit()
+        return result
+    except DBAPIError as exc:
+        raise _Failed(exc, committing) from exc
+
+
+class Runner:
+    """What ``Database`` needs from a runner."""
+
+    dialect: str
+    url: URL
+    engine: Any
+
+    async def run(self, work: Work[T], *, write: bool) -> T:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def close_loop(self) -> None:
+        """Release what the running event loop holds (only async runners hold anything)."""
+
+
+def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeout: float) -> None:
+    """Pragmas on connect, and BEGIN IMMEDIATE for writes.
+
+    pysqlite's own transaction handling is turned off so that a write takes the
+    file's write lock at BEGIN: a deferred transaction that reads first and
+    writes later can fail with SQLITE_BUSY without ever waiting.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        if wal:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class ThreadRunner(Runner):
+    def __init__(
+        self,
+        url: URL,
+        *,
+        wal: bool,
+        synchronous: str,
+        busy_timeout: float,
+        echo: bool,
+        options: dict[str, Any],
+    ) -> None:
+        self.url = url
+        self.dialect = "sqlite"
+        memory = url.database in (None, "", ":memory:")
+        defaults: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+        if memory:
+            defaults["poolclass"] = StaticPool
+        self.engine = create_engine(
+            url.set(drivername="sqlite+pysqlite"), echo=echo, **{**defaults, **options}
+        )
+        sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._write_engine = self.engine.execution_options(**{_WRITE: True})
+        self._closed = False
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
+        # An in-memory database is one connection: everything goes through the writer.
+        self._readers = (
+            self._writer
+            if memory
+            else ThreadPoolExecutor(_READERS, thread_name_prefix="lovia-sqlite-reader")
+        )
+
+    def _call(self, work: Work[T], write: bool) -> T:
+        engine = self._write_engine if write else self.engine
+        try:
+            conn = engine.connect()
+        except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
+            raise _Failed(exc, committing=False) from exc
+        with conn:
+            return _transaction(conn, work)
+
+    async def run(self, work: Work[T], *, write: bool) -> T:
+        executor = self._writer if write else self._readers
+        future = asyncio.get_running_loop().run_in_executor(executor, self._call, work, write)
+        future.add_done_callback(_retrieve)
+        try:
+            # A cancelled caller stops waiting, but a write it asked for still
+            # runs whole (shielded: a queued job would otherwise be dropped).
+            return await (asyncio.shield(future) if write else future)
+        except _Failed as failed:
+            raise translate(failed.error, _display(self.url), committing=failed.committing) from (
+                failed.error
+            )
+
+    async def close_loop(self) -> None:
+        """Wait for the writes already handed to the writer thread (it runs them in order)."""
+        if not self._closed:
+            await asyncio.get_running_loop().run_in_executor(self._writer, lambda: None)
+
+    async def close(self) -> None:
+        self._closed = True
+
+        def shut() -> None:
+            self._writer.shutdown(wait=True)
+            self._readers.shutdown(wait=True)
+            self.engine.dispose()
+
+        await asyncio.to_thread(shut)
+
+
+class _LoopEngines:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.write = engine.execution_options(**{_WRITE: True})
+        # Reads that take several statements must see one snapshot; PostgreSQL's
+        # default READ COMMITTED would not give it.
+        self.read = (
+            engine.execution_options(isolation_level="REPEATABLE READ")
+            if engine.dialect.name == "postgresql"
+            else engine
+        )
+        self.inflight: set[asyncio.Task[Any]] = set()
+
+
+class AsyncRunner(Runner):
+    def __init__(self, engine: AsyncEngine, *, owned: bool, recreate: Callable[[], AsyncEngine]):
+        self.engine = engine
+        self.url = engine.url
+        self.dialect = engine.dialect.name
+        self._owned = owned
+        self._recreate = recreate
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopEngines] = {}
+
+    def _engines(self) -> _LoopEngines:
+        """This loop's engines: the first loop uses ``engine``; another loop gets its
+        own engine on the same URL (when we own it), released by ``close_loop``."""
+        loop = asyncio.get_running_loop()
+        found = self._loops.get(loop)
+        if found is None:
+            engine = self._recreate() if self._loops and self._owned else self.engine
+            found = self._loops[loop] = _LoopEngines(engine)
+        return found
+
+    async def _once(self, engines: _LoopEngines, work: Work[T], write: bool) -> T:
+        try:
+            async with (engines.write if write else engines.read).connect() as conn:
+                return await conn.run_sync(_transaction, work)
+        except _Failed as failed:
+            raise translate(
+                failed.error, _display(self.url), committing=failed.committing
+            ) from failed.error
+        except DBAPIError as exc:  # could not connect: nothing was sent
+            raise translate(exc, _display(self.url), committing=False) from exc
+
+    async def run(self, work: Work[T], *, write: bool) -> T:
+        engines = self._engines()
+        if not write:
+            return await self._once(engines, work, write)
+        # The write runs in its own task, shielded from the caller's cancellation,
+        # so it commits or rolls back whole.
+        task = asyncio.ensure_future(self._once(engines, work, write))
+        engines.inflight.add(task)
+        task.add_done_callback(_forget(engines.inflight))
+        return await asyncio.shield(task)
+
+    async def close_loop(self) -> None:
+        engines = self._loops.pop(asyncio.get_running_loop(), None)
+        if engines is not None:
+            if engines.inflight:
+                await asyncio.gather(*engines.inflight, return_exceptions=True)
+            # Pooled connections belong to this loop (asyncpg's cannot be used from
+            # another): close them now. The base engine opens new ones on demand.
+            if engines.engine is not self.engine or self._owned:
+                await engines.engine.dispose()
+
+    async def close(self) -> None:
+        await self.close_loop()
+        for engines in self._loops.values():
+            if engines.engine is not self.engine:
+                await engines.engine.dispose(close=False)
+        self._loops.clear()
+        if self._owned:
+            await self.engine.dispose()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # an abandoned write's failure is not reported as lost
+
+
+def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        inflight.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved so an abandoned write's failure is not reported as lost
+
+    return done
+
+
+def _display(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> AsyncEngine:
+    defaults = {"pool_pre_ping": True, "pool_recycle": 1800}
+    return create_async_engine(url, echo=echo, **{**defaults, **options})
