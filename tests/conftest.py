@@ -1,9 +1,9 @@
 """Backends for the contract suites, and the servers the tests need.
 
 Server backends read their URLs from the environment:
-``LOVIA_TEST_POSTGRES_URL`` names a database on the server that the tests may
-connect to; each test gets a fresh database created beside it and dropped
-afterwards. Without the variable those tests skip, unless
+``LOVIA_TEST_POSTGRES_URL`` and ``LOVIA_TEST_MYSQL_URL`` (MySQL or MariaDB)
+name a server the tests may connect to; each test gets a fresh database
+created beside the named one and dropped afterwards. Without the variable those tests skip, unless
 ``LOVIA_TEST_REQUIRE_SERVERS=1`` (CI sets it): then a missing server fails
 the run instead of silently skipping.
 """
@@ -35,7 +35,7 @@ LEGACY = Path(
 )
 
 SQLITE_KINDS = ("sqlite", "sqlite_wal")
-SERVER_KINDS = ("postgres",)
+SERVER_KINDS = ("postgres", "mariadb")
 SQL_KINDS = SQLITE_KINDS + SERVER_KINDS
 ALL_KINDS = ("memory", *SQL_KINDS)
 
@@ -76,6 +76,37 @@ async def create_pg_database() -> str:
 
 async def drop_pg_database(url: str) -> None:
     await _pg_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+async def _mysql_admin(sql: str) -> None:
+    import asyncmy
+
+    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    conn = await asyncmy.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+    )
+    try:
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql)
+    finally:
+        conn.close()
+
+
+async def create_mysql_database() -> str:
+    """A new empty MySQL/MariaDB database; returns its asyncmy URL."""
+    name = f"lovia_t_{uuid.uuid4().hex[:16]}"
+    await _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    return url.set(drivername="mysql+asyncmy", database=name).render_as_string(
+        hide_password=False
+    )
+
+
+async def drop_mysql_database(url: str) -> None:
+    await _mysql_admin(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
 
 
 @pytest.fixture
@@ -123,11 +154,16 @@ async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
     elif kind in SQLITE_KINDS:
         yield Backend(kind, str(tmp_path / "store.sqlite3"))
     else:
-        url = await create_pg_database()
+        create, drop = (
+            (create_pg_database, drop_pg_database)
+            if kind == "postgres"
+            else (create_mysql_database, drop_mysql_database)
+        )
+        url = await create()
         try:
             yield Backend(kind, url)
         finally:
-            await drop_pg_database(url)
+            await drop(url)
 
 
 @pytest.fixture(params=ALL_KINDS)

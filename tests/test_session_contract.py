@@ -324,3 +324,28 @@ async def test_rewind_to_zero_empties_and_past_the_end_is_a_no_op(backend: Backe
         assert await store.load("s") == []
         await store.append("s", a_run("2"), run_id="r2")
         assert await store.load("s") == a_run("2")
+
+
+async def test_megabytes_and_every_emoji_round_trip(backend: Backend) -> None:
+    """Long text columns hold megabytes; utf8mb4 everywhere keeps astral characters."""
+    text = "👩‍👩‍👧‍👦 🇨🇭 𝄞 漢字 é " * 10
+    huge = "x" * 5_000_000
+    entries = [user(text), call("big"), result("big", huge), say(text)]
+    async with backend.session() as store:
+        await store.append("s", entries, run_id="r", meta={"emoji": "🦄", "🔑": text})
+    async with backend.session() as store:
+        if not backend.durable:
+            await store.append("s", entries, run_id="r", meta={"emoji": "🦄", "🔑": text})
+        assert await store.load("s") == entries
+        assert (await store.segments("s"))[0].meta == {"emoji": "🦄", "🔑": text}
+
+
+async def test_ids_are_compared_exactly(backend: Backend) -> None:
+    """Case and accents matter in ids (MySQL's default collations would fold them)."""
+    async with backend.session() as store:
+        for session_id in ("anna", "Anna", "ANNA", "änna"):
+            await store.append(session_id, [user(session_id)], run_id="r")
+        await store.append("anna", [user("second")], run_id="R")
+        assert await store.load("Anna") == [user("Anna")]
+        assert await store.load("änna") == [user("änna")]
+        assert [s.run_id for s in await store.segments("anna")] == ["r", "R"]

@@ -26,7 +26,7 @@ _DRIVERS = {
     "mysql": "asyncmy",
     "mariadb": "asyncmy",
 }
-_EXTRAS = {"asyncmy": "lovia-store[mysql]", "aiomysql": "aiomysql"}
+_EXTRAS = {"psycopg": "psycopg", "aiomysql": "aiomysql"}
 
 
 def _to_url(target: str | os.PathLike[str]) -> URL:
@@ -44,6 +44,8 @@ def _to_url(target: str | os.PathLike[str]) -> URL:
     if "+" not in url.drivername and backend in _DRIVERS:
         # A plain ``postgresql://`` URL means "the async driver we ship with".
         url = url.set(drivername=f"{backend}+{_DRIVERS[backend]}")
+    if backend in ("mysql", "mariadb") and "charset" not in url.query:
+        url = url.update_query_dict({"charset": "utf8mb4"})  # every emoji round-trips
     return url
 
 

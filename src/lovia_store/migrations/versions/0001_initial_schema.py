@@ -32,6 +32,9 @@ depends_on: str | Sequence[str] | None = None
 STORE_VERSIONS = {"session": 1, "checkpoint": 1, "raw_log": 1}
 
 ID = sa.String(255)
+# Ids compare byte for byte, as on SQLite and PostgreSQL (MySQL's default
+# collations would make "A" and "a" one session); emoji need utf8mb4.
+MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 
@@ -42,6 +45,7 @@ def _create_tables(has_schema_table: bool) -> None:
             sa.Column("store", sa.String(64), nullable=False),
             sa.Column("version", sa.Integer(), nullable=False),
             sa.PrimaryKeyConstraint("store", name="pk_lovia_schema"),
+            **MYSQL_TABLE,
         )
     op.create_table(
         "lovia_sessions",
@@ -57,6 +61,7 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("session_id", name="pk_lovia_sessions"),
+        **MYSQL_TABLE,
     )
     op.create_index(
         "ix_lovia_sessions_updated_at_session_id", "lovia_sessions", ["updated_at", "session_id"]
@@ -96,6 +101,7 @@ def _create_tables(has_schema_table: bool) -> None:
             name="fk_lovia_messages_session_id_lovia_sessions",
         ),
         sa.PrimaryKeyConstraint("session_id", "sequence", name="pk_lovia_messages"),
+        **MYSQL_TABLE,
     )
     op.create_table(
         "lovia_session_runs",
@@ -112,6 +118,7 @@ def _create_tables(has_schema_table: bool) -> None:
             name="fk_lovia_session_runs_session_id_lovia_sessions",
         ),
         sa.PrimaryKeyConstraint("session_id", "run_id", name="pk_lovia_session_runs"),
+        **MYSQL_TABLE,
     )
     op.create_index(
         "ix_lovia_session_runs_session_id_position",
@@ -134,6 +141,7 @@ def _create_tables(has_schema_table: bool) -> None:
             name="fk_lovia_snapshots_session_id_lovia_sessions",
         ),
         sa.PrimaryKeyConstraint("session_id", "version", name="pk_lovia_snapshots"),
+        **MYSQL_TABLE,
     )
     op.create_table(
         "lovia_run_heads",
@@ -144,6 +152,7 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("run_id", name="pk_lovia_run_heads"),
+        **MYSQL_TABLE,
     )
     op.create_index(
         "ix_lovia_run_heads_status_updated_at", "lovia_run_heads", ["status", "updated_at"]
@@ -159,6 +168,7 @@ def _create_tables(has_schema_table: bool) -> None:
             name="fk_lovia_run_entries_run_id_lovia_run_heads",
         ),
         sa.PrimaryKeyConstraint("run_id", "position", name="pk_lovia_run_entries"),
+        **MYSQL_TABLE,
     )
 
 

@@ -39,6 +39,8 @@ def upgrade() -> None:
             nullable=True,
         ),
         sa.PrimaryKeyConstraint("run_id", "call_id", name="pk_lovia_tool_effects"),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
     )
     _set_checkpoint_version(2)
 
