@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from typing import Any
-from uuid import uuid4
 
 from .._json import dump_object, load_object
-from ..entries import ToolResultEntry, TranscriptEntry, check_entries
+from ..entries import ToolResultEntry, TranscriptEntry
 from .checkpoint_models import Checkpointer
-from .segments import Segment, check_id, check_non_negative, rewind_split, trim_entry
+from .segments import Segment, check_append, check_id, check_non_negative, rewind_split, trim_entry
 
 __all__ = ["InMemorySession"]
 
@@ -43,10 +42,7 @@ class InMemorySession:
         run_id: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> str:
-        check_id(session_id, "session_id")
-        run_id = uuid4().hex if run_id is None else check_id(run_id, "run_id")
-        stored = check_entries(entries)
-        meta_text = None if meta is None else dump_object(meta, "meta")
+        run_id, stored, meta_text = check_append(session_id, entries, run_id, meta)
         async with self._lock:
             segments = self._segments.setdefault(session_id, [])
             if not any(segment.run_id == run_id for segment in segments):

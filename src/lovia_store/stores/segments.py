@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from uuid import uuid4
 
-from ..entries import ToolResultEntry, TranscriptEntry, drop_dangling_tool_calls
+from .._json import dump_object
+from ..entries import ToolResultEntry, TranscriptEntry, check_entries, drop_dangling_tool_calls
 from ..errors import UserError
 
 __all__ = [
     "TRIM_SENTINEL",
     "Segment",
     "Session",
+    "check_append",
     "check_id",
     "check_non_negative",
     "rewind_split",
@@ -61,6 +64,16 @@ def check_id(value: object, what: str) -> str:
     if len(value) > 255:
         raise UserError(f"{what} is {len(value)} characters long; the limit is 255")
     return value
+
+
+def check_append(
+    session_id: object, entries: Sequence[object], run_id: object, meta: object
+) -> tuple[str, list[TranscriptEntry], str | None]:
+    """An append's arguments, checked: the run id (a new one when omitted), the
+    entries, and the meta as exact JSON text (None when there is none)."""
+    check_id(session_id, "session_id")
+    chosen = uuid4().hex if run_id is None else check_id(run_id, "run_id")
+    return chosen, check_entries(entries), None if meta is None else dump_object(meta, "meta")
 
 
 def check_non_negative(value: object, what: str) -> int:

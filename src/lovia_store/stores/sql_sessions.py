@@ -12,27 +12,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from uuid import uuid4
 
-from sqlalchemy import Connection, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, func, select, update
 
-from .._json import dump_object, load_object
+from .._json import load_object
 from ..db.dialect import bump_session, insert_ignore
 from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.types import utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
-    check_entries,
     entries_from_json_rows,
     entry_to_json,
 )
+from ..errors import UserError
 from .checkpoint_models import Checkpointer
 from .segments import (
     TRIM_SENTINEL,
     Segment,
+    check_append,
     check_id,
     check_non_negative,
     trim_entry,
@@ -45,6 +45,24 @@ __all__ = ["SQLSession", "SQLiteSession"]
 m = messages.c
 r = session_runs.c
 _INSERT_MESSAGES = messages.insert()
+# Reads built once with bound parameters (no construction or cache key per call).
+_LOAD = select(m.entry_json).where(m.session_id == bindparam("sid")).order_by(m.sequence)
+_BATCH = (
+    select(m.sequence, m.entry_json)
+    .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
+    .order_by(m.sequence)
+    .limit(bindparam("size", type_=Integer))
+)
+_SEGMENT_ROWS = (
+    select(m.request_id, m.run_id, m.entry_json)
+    .where(m.session_id == bindparam("sid"))
+    .order_by(m.sequence)
+)
+_SEGMENT_RUNS = (
+    select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
+    .where(r.session_id == bindparam("sid"))
+    .order_by(r.position)
+)
 
 
 class _AlreadyStored(Exception):
@@ -63,27 +81,48 @@ class SQLSession(SQLStore):
         """Every entry of the session, in order (the flat view of ``segments``)."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> list[str]:
-            query = select(m.entry_json).where(m.session_id == session_id).order_by(m.sequence)
-            return list((conn.execute(query)).scalars())
+        def work(conn: Connection) -> Sequence[str]:
+            return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
         return entries_from_json_rows(await self.database.read(work))
+
+    def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
+        """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
+        big to hold. Memory stays bounded by one batch whatever the session's length.
+
+        Each batch is one read transaction, a key range on the sequence (an index
+        seek, so the last batch costs what the first did). Entries appended while
+        iterating may or may not be included at the end; an entry is never
+        yielded twice or out of order. Arguments are checked here, not at the
+        first iteration.
+        """
+        check_id(session_id, "session_id")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise UserError(f"batch must be a positive integer, got {batch!r}")
+        return self._batches(session_id, batch)
+
+    async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
+        after = 0
+        while True:
+
+            def work(conn: Connection, after: int = after) -> Sequence[Any]:
+                params = {"sid": session_id, "after": after, "size": size}
+                return conn.execute(_BATCH, params).all()
+
+            rows = await self.database.read(work)
+            for entry in entries_from_json_rows([row.entry_json for row in rows]):
+                yield entry
+            if len(rows) < size:
+                return
+            after = rows[-1].sequence
 
     async def segments(self, session_id: str) -> list[Segment]:
         check_id(session_id, "session_id")
 
         def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
-            rows = conn.execute(
-                select(m.request_id, m.run_id, m.entry_json)
-                .where(m.session_id == session_id)
-                .order_by(m.sequence)
-            )
-            runs = conn.execute(
-                select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
-                .where(r.session_id == session_id)
-                .order_by(r.position)
-            )
-            return rows.all(), runs.all()
+            rows = conn.execute(_SEGMENT_ROWS, {"sid": session_id}).all()
+            runs = conn.execute(_SEGMENT_RUNS, {"sid": session_id}).all()
+            return rows, runs
 
         rows, runs = await self.database.read(work)
         return _build_segments(rows, runs)
@@ -99,10 +138,7 @@ class SQLSession(SQLStore):
         meta: dict[str, Any] | None = None,
     ) -> str:
         """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
-        check_id(session_id, "session_id")
-        run_id = uuid4().hex if run_id is None else check_id(run_id, "run_id")
-        stored = check_entries(entries)
-        meta_json = None if meta is None else dump_object(meta, "meta")
+        run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
         documents = [entry_to_json(entry) for entry in stored]
         count = len(stored)
 
