@@ -1,4 +1,4 @@
-"""Two runs of one conversation, stored, reopened and rewound: lovia-store's sessions in a minute."""
+"""Two runs of one conversation, stored, reopened and rewound: sessions in a minute."""
 
 from __future__ import annotations
 

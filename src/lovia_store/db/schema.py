@@ -82,6 +82,8 @@ def configure_context(context: Any, connection: Connection) -> None:
         version_table=VERSION_TABLE,
         render_as_batch=True,
         compare_type=True,
+        # A host's tables share the database: ours are the only ones we manage.
+        include_name=lambda name, type_, _parents: type_ != "table" or name in metadata.tables,
     )
 
 
