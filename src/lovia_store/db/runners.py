@@ -17,7 +17,7 @@ transaction:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -56,7 +56,14 @@ def _transaction(conn: Connection, work: Work[T]) -> T:
             transaction.rollback()
             raise
         committing = True
-        transaction.commit()
+        try:
+            transaction.commit()
+        except DBAPIError:
+            # SQLite keeps a transaction open when COMMIT is refused as busy, and
+            # the pool would take the connection back still holding the file's
+            # locks: drop the connection instead.
+            conn.invalidate()
+            raise
         return result
     except DBAPIError as exc:
         raise _Failed(exc, committing) from exc
@@ -185,6 +192,20 @@ class _LoopEngines:
             else engine
         )
         self.inflight: set[asyncio.Task[Any]] = set()
+        # Reads run in their callers' tasks; closing waits until none is running.
+        self.readers = 0
+        self.no_readers = asyncio.Event()
+        self.no_readers.set()
+
+    async def reading(self, attempt: Awaitable[T]) -> T:
+        self.readers += 1
+        self.no_readers.clear()
+        try:
+            return await attempt
+        finally:
+            self.readers -= 1
+            if not self.readers:
+                self.no_readers.set()
 
 
 class AsyncRunner(Runner):
@@ -220,7 +241,7 @@ class AsyncRunner(Runner):
     async def run(self, work: Work[T], *, write: bool) -> T:
         engines = self._engines()
         if not write:
-            return await self._once(engines, work, write)
+            return await engines.reading(self._once(engines, work, write))
         # The write runs in its own task, shielded from the caller's cancellation,
         # so it commits or rolls back whole.
         task = asyncio.ensure_future(self._once(engines, work, write))
@@ -233,6 +254,7 @@ class AsyncRunner(Runner):
         if engines is not None:
             if engines.inflight:
                 await asyncio.gather(*engines.inflight, return_exceptions=True)
+            await engines.no_readers.wait()
             # Pooled connections belong to this loop (asyncpg's cannot be used from
             # another): close them now. The base engine opens new ones on demand.
             if engines.engine is not self.engine or self._owned:
