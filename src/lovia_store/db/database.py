@@ -101,7 +101,6 @@ class Database:
         self.is_sqlite = self.dialect == "sqlite"
         self._path = self._runner.url.database if self.is_sqlite else None
         self._schema_ready = False
-        self._schema_lock: asyncio.Lock | None = None
         self._closed = False
 
     @staticmethod
