@@ -9,6 +9,7 @@ silently skipped entry is how reasoning state and tool pairing get lost).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
@@ -122,6 +123,7 @@ ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, 
 
 _ENTRY: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)
 _ENTRY_LIST: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
+_DECODE_BATCH = 256  # documents parsed and validated together
 
 
 class Usage(BaseModel):
@@ -169,20 +171,47 @@ def entry_from_dict(data: dict[str, Any]) -> TranscriptEntry:
     return _ENTRY.validate_python(data)
 
 
-def entries_from_json_rows(rows: Sequence[str]) -> list[TranscriptEntry]:
-    """Decode stored entry documents in one pass (the load hot path).
+def json_documents(rows: Sequence[str | bytes]) -> list[Any]:
+    """Parse stored JSON documents with orjson.
 
-    The rows are spliced into one JSON array and validated at once; only when
-    that fails are they decoded one by one, to name the offending type.
+    A document orjson refuses but JSON allows (an integer wider than 64 bits)
+    is read by the standard library instead.
     """
-    if not rows:
-        return []
     try:
-        return _ENTRY_LIST.validate_json("[" + ",".join(rows) + "]")
-    except ValidationError:
-        for row in rows:
-            entry_from_dict(orjson.loads(row))
-        raise
+        return [orjson.loads(row) for row in rows]
+    except orjson.JSONDecodeError:
+        return [json.loads(row) for row in rows]
+
+
+def name_unknown_entry(documents: Iterable[Any]) -> None:
+    """After a batch failed validation: raise for the first document that is no entry.
+
+    An unknown ``type`` raises ``UnknownEntryTypeError`` naming it; a bad field
+    the entry's ``ValidationError``. Returns when every document is an entry.
+    """
+    for document in documents:
+        entry_from_dict(document)
+
+
+def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
+    """Decode stored entry documents (the load hot path): parse, then validate once.
+
+    orjson parses the documents and pydantic validates them a batch at a time,
+    one validation per entry; a batch's parsed dicts are dropped before the
+    next is parsed, so they never all live at once. (Splicing the documents
+    into one JSON array for ``validate_json`` costs more: joining long
+    non-ASCII strings copies and widens them, and pydantic's parser is slower
+    than orjson on long strings.)
+    """
+    entries: list[TranscriptEntry] = []
+    for start in range(0, len(rows), _DECODE_BATCH):
+        documents = json_documents(rows[start : start + _DECODE_BATCH])
+        try:
+            entries += _ENTRY_LIST.validate_python(documents)
+        except ValidationError:
+            name_unknown_entry(documents)
+            raise
+    return entries
 
 
 def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:

@@ -7,6 +7,7 @@ time-ordered, so they sort by creation and index well. Python 3.11 has no
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -42,12 +43,19 @@ def new_uuid7() -> str:
     return str(uuid.UUID(int=value))
 
 
-_RECORD_NAMESPACE = uuid.UUID("6c6f7669-612d-7374-6f72-652d72617700")
+_RECORD_NAMESPACE = uuid.UUID("6c6f7669-612d-7374-6f72-652d72617700").bytes
 
 
 def record_id(session_id: str, sequence: int) -> str:
     """The stable id of a raw message stored without one (written by lovia's API).
 
-    Derived from its key, so the same row always shows the same id.
+    Derived from its key, so the same row always shows the same id: the
+    name-based UUIDv5 of ``session_id NUL sequence`` (RFC 9562, section 5.5),
+    what ``uuid.uuid5`` gives, formatted directly (a page computes one per row).
     """
-    return str(uuid.uuid5(_RECORD_NAMESPACE, f"{session_id}\x00{sequence}"))
+    name = f"{session_id}\x00{sequence}".encode()
+    digest = bytearray(hashlib.sha1(_RECORD_NAMESPACE + name, usedforsecurity=False).digest()[:16])
+    digest[6] = digest[6] & 0x0F | 0x50  # version 5
+    digest[8] = digest[8] & 0x3F | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

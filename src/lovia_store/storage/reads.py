@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, select
+from sqlalchemy import Connection, Executable, Integer, bindparam, select
 
 from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
@@ -28,16 +28,51 @@ s = sessions.c
 p = snapshots.c
 _MAX_KEY = 2**63 - 1
 
+# Built once with bound parameters: a read pays neither statement construction
+# nor cache-key generation. An absent upper bound is the largest key.
+_PAGE = (
+    select(*RECORD_COLUMNS)
+    .where(
+        m.session_id == bindparam("sid"),
+        m.sequence > bindparam("lower"),
+        m.sequence <= bindparam("through"),
+    )
+    .order_by(m.sequence)
+    .limit(bindparam("limit", type_=Integer))
+    .offset(bindparam("skip", type_=Integer))
+)
+_DENSITY = select(s.last_sequence, s.message_count).where(s.session_id == bindparam("sid"))
+_HEAD = select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
+    s.session_id == bindparam("sid")
+)
+_LATEST_SNAPSHOT = (
+    select(*SNAPSHOT_COLUMNS)
+    .where(p.session_id == bindparam("sid"))
+    .order_by(p.version.desc())
+    .limit(1)
+)
+_TAIL = (
+    select(*RECORD_COLUMNS)
+    .where(m.session_id == bindparam("sid"), m.sequence > bindparam("boundary"))
+    .order_by(m.sequence)
+)
+
+
+def _page_params(
+    session_id: str, lower: int, through: int | None, limit: int, skip: int
+) -> dict[str, Any]:
+    through = _MAX_KEY if through is None else through
+    return {"sid": session_id, "lower": lower, "through": through, "limit": limit, "skip": skip}
+
 
 def page_query(
     session_id: str, *, lower: int, through: int | None, limit: int, skip: int
-) -> Select[Any]:
-    """Rows with ``lower < sequence <= through`` in order, ``skip`` of them skipped."""
-    query = select(*RECORD_COLUMNS).where(m.session_id == session_id, m.sequence > lower)
-    if through is not None:
-        query = query.where(m.sequence <= through)
-    query = query.order_by(m.sequence).limit(limit)
-    return query.offset(skip) if skip else query
+) -> Executable:
+    """Rows with ``lower < sequence <= through`` in order, ``skip`` of them skipped.
+
+    The statement ``fetch_page`` runs, with these values bound (to explain it).
+    """
+    return _PAGE.params(_page_params(session_id, lower, through, limit, skip))
 
 
 def fetch_page(
@@ -49,20 +84,22 @@ def fetch_page(
     limit: int,
     offset: int,
 ) -> Sequence[Any]:
-    """One page, read in the caller's (read) transaction."""
-    head = (
-        conn.execute(select(s.last_sequence, s.message_count).where(s.session_id == session_id))
-    ).first()
-    if head is None:
-        return []
-    if head.message_count == head.last_sequence:
-        lower, skip = min(after_sequence + offset, _MAX_KEY), 0
-    else:
-        lower, skip = after_sequence, offset
+    """One page, read in the caller's (read) transaction.
+
+    Without an offset the page is a key range whatever the log's shape: one
+    statement. With one, the session row says whether the log is dense.
+    """
+    lower, skip = after_sequence, offset
+    if offset:
+        density = conn.execute(_DENSITY, {"sid": session_id}).first()
+        if density is None:
+            return []
+        if density.message_count == density.last_sequence:
+            lower, skip = min(after_sequence + offset, _MAX_KEY), 0
     if through_sequence is not None and lower >= through_sequence:
         return []
-    query = page_query(session_id, lower=lower, through=through_sequence, limit=limit, skip=skip)
-    rows: Sequence[Any] = (conn.execute(query)).all()
+    params = _page_params(session_id, lower, through_sequence, limit, skip)
+    rows: Sequence[Any] = conn.execute(_PAGE, params).all()
     return rows
 
 
@@ -72,29 +109,12 @@ Found = tuple[Any, Any, Sequence[Any]]
 
 def fetch_view(conn: Connection, session_id: str) -> Found | None:
     """The session row, its latest snapshot and the rows after its boundary (None: no session)."""
-    head = (
-        conn.execute(
-            select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
-                s.session_id == session_id
-            )
-        )
-    ).first()
+    head = conn.execute(_HEAD, {"sid": session_id}).first()
     if head is None:
         return None
-    latest = (
-        conn.execute(
-            select(*SNAPSHOT_COLUMNS)
-            .where(p.session_id == session_id)
-            .order_by(p.version.desc())
-            .limit(1)
-        )
-    ).first()
+    latest = conn.execute(_LATEST_SNAPSHOT, {"sid": session_id}).first()
     boundary = 0 if latest is None else latest.compacted_through_sequence
-    tail = conn.execute(
-        select(*RECORD_COLUMNS)
-        .where(m.session_id == session_id, m.sequence > boundary)
-        .order_by(m.sequence)
-    )
+    tail = conn.execute(_TAIL, {"sid": session_id, "boundary": boundary})
     return head, latest, tail.all()
 
 

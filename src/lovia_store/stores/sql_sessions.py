@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Integer, bindparam, delete, func, select, upd
 from .._json import load_object
 from ..db.dialect import bump_session, insert_ignore
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.types import utcnow
+from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -57,6 +57,28 @@ _SEGMENT_ROWS = (
     select(m.request_id, m.run_id, m.entry_json)
     .where(m.session_id == bindparam("sid"))
     .order_by(m.sequence)
+)
+# Tool results a trim may shorten; an output that already ends with the marker
+# is recognised (the closing quote follows the sentinel in the stored JSON).
+_NO_CUTOFF = 2**63 - 1
+_TRIM_BATCH = 256
+_TRIM_CANDIDATES = select(m.sequence, m.entry_json).where(
+    m.session_id == bindparam("sid"),
+    m.sequence < bindparam("cutoff"),
+    m.entry_type == "tool_result",
+    func.length(m.entry_json) > bindparam("keep", type_=Integer),
+    m.entry_json.not_like(f'%{TRIM_SENTINEL}"%'),
+)
+# An adopted zett envelope holds the untrimmed output: it goes too, or the
+# space would not be reclaimed.
+_TRIM = (
+    update(messages)
+    .where(m.session_id == bindparam("sid"), m.sequence == bindparam("seq"))
+    .values(
+        entry_json=bindparam("doc"),
+        envelope_json=None,
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
 )
 _SEGMENT_RUNS = (
     select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
@@ -204,30 +226,21 @@ class SQLSession(SQLStore):
 
         def work(conn: Connection) -> int:
             cutoff = _first_kept_sequence(conn, session_id, keep_runs)
-            query = select(m.sequence, m.entry_json).where(
-                m.session_id == session_id,
-                m.entry_type == "tool_result",
-                func.length(m.entry_json) > keep_chars,
-                m.entry_json.not_like(f'%{TRIM_SENTINEL}"%'),
-            )
-            if cutoff is not None:
-                query = query.where(m.sequence < cutoff)
-            changes = []
-            for sequence, document in conn.execute(query):
-                entry = entries_from_json_rows([document])[0]
-                assert isinstance(entry, ToolResultEntry)
-                short = trim_entry(entry, keep_chars)
-                if short is not None:
-                    changes.append({"seq": sequence, "doc": entry_to_json(short)})
+            params = {"sid": session_id, "cutoff": _NO_CUTOFF if cutoff is None else cutoff}
+            candidates = conn.execute(_TRIM_CANDIDATES, {**params, "keep": keep_chars})
+            now, changes = utcnow(), []
+            # Decoded a batch at a time: one validation call per batch, memory
+            # bounded by a batch of (possibly huge) outputs.
+            for rows in candidates.partitions(_TRIM_BATCH):
+                entries = entries_from_json_rows([document for _, document in rows])
+                for (sequence, _), entry in zip(rows, entries, strict=True):
+                    assert isinstance(entry, ToolResultEntry)
+                    short = trim_entry(entry, keep_chars)
+                    if short is not None:
+                        doc = entry_to_json(short)
+                        changes.append({"sid": session_id, "seq": sequence, "doc": doc, "now": now})
             if changes:
-                conn.execute(
-                    update(messages)
-                    .where(m.session_id == session_id, m.sequence == bindparam("seq"))
-                    # An adopted zett envelope holds the untrimmed output: it goes
-                    # too, or the space would not be reclaimed.
-                    .values(entry_json=bindparam("doc"), envelope_json=None, updated_at=utcnow()),
-                    changes,
-                )
+                conn.execute(_TRIM, changes)
             return len(changes)
 
         return await self.database.write(work)
@@ -269,11 +282,13 @@ class SQLiteSession(SQLSession):
 
 
 def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
-    entries = entries_from_json_rows([row.entry_json for row in rows])
-    metas = {run.run_id: run.meta_json for run in runs}
+    # Rows unpack as tuples: (request_id, run_id, entry_json) and
+    # (run_id, first_sequence, entry_count, meta_json), in the statements' order.
+    entries = entries_from_json_rows([document for _, _, document in rows])
+    metas = {run_id: meta_json for run_id, _, _, meta_json in runs}
     # Runs with no entries have no rows to carry them; they sit before the
     # message that followed them.
-    empty = [(run.first_sequence, run.run_id) for run in runs if run.entry_count == 0]
+    empty = [(first, run_id) for run_id, first, count, _ in runs if count == 0]
     out: list[Segment] = []
     key: tuple[str | None, str] | None = None
     start = 0
@@ -285,13 +300,13 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
             meta = load_object(metas.get(run_id)) if run_id is not None else None
             out.append(Segment(run_id or request_id, entries[start:end], meta))
 
-    for index, row in enumerate(rows):
+    for index, (request_id, run_id, _) in enumerate(rows):
         while emitted < len(empty) and empty[emitted][0] <= index + 1:
             flush(index)
             start, key = index, None
             out.append(Segment(empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
             emitted += 1
-        row_key = (row.run_id, row.request_id)
+        row_key = (run_id, request_id)
         if row_key != key:
             flush(index)
             start, key = index, row_key
