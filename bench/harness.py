@@ -215,15 +215,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             workloads=workloads,
             backends=backends,
             machine=host,
-            packages=machine.package_versions(),
+            packages={
+                **machine.package_versions(),
+                "lovia-store source": machine.source_revision(REPO_ROOT),
+            },
             postgres=postgres,
         )
     if target is not None:
         asyncio.run(pg.drop_database(target))
+    if args.json:  # first: the raw outcomes survive a report that fails to render
+        args.json.write_text(json.dumps(results.to_json(), indent=1))
     report = render(results, info)
     output.write_text(report)
-    if args.json:
-        args.json.write_text(json.dumps(results.to_json(), indent=1))
     print(report)
     _log(f"report written to {output}")
     errors = results.errors()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sqlite3
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -87,3 +88,20 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+def source_revision(root: Path) -> str:
+    """The lovia-store commit measured, and whether ``src/`` had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "?"
+    return commit + (
+        " + uncommitted changes in src/" if git("status", "--porcelain", "src") else ""
+    )

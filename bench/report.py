@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench import data
+from bench import data, targets
 from bench.backends import BACKENDS
 from bench.config import Scale
 from bench.results import Results
@@ -32,13 +32,15 @@ class RunInfo:
 _EN_DASH, _TIMES = "\u2013", "\u00d7"
 
 DURABILITY = """\
-With `synchronous=FULL` a SQLite commit is on disk when the call returns. With
-`synchronous=NORMAL` under WAL (zett-agent's fixed setting) the WAL is not synced per commit:
-an application crash loses nothing, an OS crash or power loss can drop the last commits. Each
-ratio row below says whether the two sides ran at the same journal mode and synchronous
-setting, as probed from a live connection in the trial; `raw-sqlite-wal` and
-`raw-sqlite-wal-normal` give the WAL floor at both settings. PostgreSQL backends share the
-server settings above."""
+With `synchronous=FULL` a SQLite commit is on disk when the call returns, in either journal
+mode (DELETE or WAL). With `synchronous=NORMAL` under WAL (zett-agent's fixed setting) the WAL
+is not synced per commit: an application crash loses nothing, an OS crash or power loss can
+drop the last commits. Every durability level has a like-for-like lovia-store backend:
+`store-sqlite` (DELETE + FULL, as `lovia-sqlite`), `store-sqlite-wal` (WAL + FULL, as
+`lovia-sqlite-wal`, and as durable as `lovia-sqlite`), `store-sqlite-wal-normal` (WAL + NORMAL,
+as `zett-sqlite` and `raw-sqlite-wal-normal`). Each ratio row says whether the two sides ran at
+the same durability, as probed from a live connection in the trial. PostgreSQL backends share
+the server settings above."""
 
 METHOD = """\
 - **Trials.** Every (workload, backend) trial runs in its own Python process on fresh storage
@@ -47,10 +49,12 @@ METHOD = """\
 - **Rounds.** Backends are interleaved in rounds whose order rotates (A B C, B C A, C A B, ...),
   so slow drift of a shared machine lands on every backend alike. Tables show the **median**
   over rounds (min to max in brackets).
-- **Ratios.** Each peer and floor is compared with the lovia-store backend on the same engine and
-  journal mode (its *counterpart*), within each round; the table gives the median of those per-round
-  ratios, oriented so that **> 1 means lovia-store is better** (faster, or more throughput),
-  and says whether the two ran at the same durability.
+- **Ratios.** Each peer and floor is compared with the lovia-store backend at the same engine,
+  journal mode and `synchronous` setting (its like-for-like *counterpart*), and where useful with
+  another at the same durability (lovia's default DELETE journal vs lovia-store in WAL, both
+  `synchronous=FULL`), within each round; tables give the median of the per-round ratios and
+  each round's, oriented so that **> 1 means lovia-store is better** (faster, or more
+  throughput), and say whether the two ran at the same durability.
 - **Data.** A run is {entries} entries, {kb:.1f} KB of JSON (lovia's entry shapes): a user input,
   three tool_call + ~1.8 KB tool_result pairs, a final assistant text. Runs are converted to each
   library's own entry/message objects before the clock starts. zett-agent stores one message per
@@ -84,19 +88,43 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _same_durability(results: Results, backend: str, counterpart: str) -> str:
-    """Whether the two backends ran with the same journal mode and synchronous setting."""
+def same_durability(results: Results, backend: str, counterpart: str) -> str:
+    """How the two backends' commit guarantees compare, from the probed settings.
+
+    ``synchronous`` decides what a power loss can take; the journal mode alone
+    does not (DELETE and WAL at FULL are equally durable), so a journal-only
+    difference reads "same durability".
+    """
     if BACKENDS[backend].pg:
         return "same server"
     mine, theirs = results.durability(counterpart), results.durability(backend)
     if not mine or not theirs:
         return "?"
-    diffs = [
-        f"{key} {mine.get(key, '?')} vs {theirs.get(key, '?')}"
-        for key in ("journal_mode", "synchronous")
-        if str(mine.get(key, "?")).lower() != str(theirs.get(key, "?")).lower()
-    ]
-    return "**differs**: " + ", ".join(diffs) if diffs else "same"
+
+    def pair(key: str) -> tuple[str, str]:
+        return str(mine.get(key, "?")).lower(), str(theirs.get(key, "?")).lower()
+
+    (my_journal, their_journal), (my_sync, their_sync) = pair("journal_mode"), pair("synchronous")
+    if my_sync != their_sync:
+        return f"**differs**: synchronous {my_sync.upper()} vs {their_sync.upper()}" + (
+            f", journal {my_journal} vs {their_journal}" if my_journal != their_journal else ""
+        )
+    if my_journal != their_journal:
+        same = f"same durability (synchronous={my_sync.upper()})"
+        return f"{same}; journal {my_journal} vs {their_journal}"
+    return "same"
+
+
+def _ratio_cell(results: Results, wid: str, backend: str, counterpart: str, metric: Metric) -> str:
+    """Median of the per-round ratios, then each round's (``-``: that round failed)."""
+    middle = results.ratio(wid, backend, counterpart, metric)
+    if middle is None:
+        return "n/a"
+    rounds = results.round_ratios(wid, backend, counterpart, metric)
+    text = f"{middle:,.2f}{_TIMES}"
+    if len(rounds) > 1:
+        text += " (" + " / ".join("-" if r is None else f"{r:,.2f}" for r in rounds) + ")"
+    return text
 
 
 def _workload_section(results: Results, workload: Workload, info: RunInfo) -> list[str]:
@@ -124,25 +152,28 @@ def _workload_section(results: Results, workload: Workload, info: RunInfo) -> li
     ratio_metrics = [m for m in metrics if m.ratio]
     ratio_rows = []
     for backend in backends:
-        counterpart = BACKENDS[backend].counterpart
-        if counterpart is None:
-            continue
-        cells = [_fmt(results.ratio(workload.id, backend, m), 2) for m in ratio_metrics]
-        ratio_rows.append(
-            [
-                f"`{backend}`",
-                f"`{counterpart}`",
-                *[c if c == "n/a" else f"{c}{_TIMES}" for c in cells],
-                _same_durability(results, backend, counterpart),
-            ]
-        )
+        for counterpart in BACKENDS[backend].counterparts:
+            if counterpart not in backends:
+                continue
+            ratio_rows.append(
+                [
+                    f"`{backend}`",
+                    f"`{counterpart}`",
+                    *[
+                        _ratio_cell(results, workload.id, backend, counterpart, m)
+                        for m in ratio_metrics
+                    ],
+                    same_durability(results, backend, counterpart),
+                ]
+            )
     if ratio_rows and ratio_metrics:
         if all(cell == "n/a" for row in ratio_rows for cell in row[2:-1]):
             lines += ["", "Ratios to lovia-store: n/a (no lovia-store result in this run)."]
         else:
             lines += [
                 "",
-                "lovia-store relative to each peer and floor (> 1: lovia-store better):",
+                "lovia-store relative to each peer and floor (> 1: lovia-store better): median of "
+                "the per-round ratios, then each round's.",
                 "",
             ]
             lines += _table(
@@ -236,6 +267,7 @@ def render(results: Results, info: RunInfo) -> str:
         f"workloads {', '.join(info.workloads)}.",
         "",
         *_headline(results, info),
+        *targets.render(results, info.scale, info.backends),
         *_environment(info),
         *_durability(results, info),
         "## Method",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.backends import BACKENDS
 from bench.workloads.base import Metric, median
 
 Outcome = dict[str, Any]  # {"status": "ok"|"n/a"|"error", "metrics": {...}, "reason": str, ...}
@@ -39,36 +38,40 @@ class Results:
         values = self.values(workload, backend, key)
         return median(values) if values else None
 
-    def ratio(self, workload: str, backend: str, metric: Metric) -> float | None:
-        """Median over rounds of lovia-store's advantage over ``backend`` (>1: lovia-store better).
+    def round_ratios(
+        self, workload: str, backend: str, counterpart: str, metric: Metric
+    ) -> list[float | None]:
+        """Per round, lovia-store's ``counterpart`` relative to ``backend`` (>1: it is better).
 
         Taken within each round (the two trials ran back to back), so slow drift
-        of the machine cancels out.
+        of the machine cancels out; None for a round where either side failed.
         """
-        counterpart = BACKENDS[backend].counterpart
-        if counterpart is None:
-            return None
-        ratios = []
+        ratios: list[float | None] = []
         pairs = zip(
             self.outcomes(workload, counterpart), self.outcomes(workload, backend), strict=False
         )
         for mine, theirs in pairs:
-            if mine["status"] != "ok" or theirs["status"] != "ok":
-                continue
-            a, b = mine["metrics"].get(metric.key), theirs["metrics"].get(metric.key)
+            a = mine["metrics"].get(metric.key) if mine["status"] == "ok" else None
+            b = theirs["metrics"].get(metric.key) if theirs["status"] == "ok" else None
             if a is None or b is None or a <= 0 or b <= 0:
-                continue
-            ratios.append(a / b if metric.higher_is_better else b / a)
+                ratios.append(None)
+            else:
+                ratios.append(a / b if metric.higher_is_better else b / a)
+        return ratios
+
+    def ratio(self, workload: str, backend: str, counterpart: str, metric: Metric) -> float | None:
+        """Median over rounds of :meth:`round_ratios`, or ``None``."""
+        ratios = [r for r in self.round_ratios(workload, backend, counterpart, metric) if r]
         return median(ratios) if ratios else None
 
     def status_note(self, workload: str, backend: str) -> str:
-        """Why some rounds gave no number (first distinct reason), or ''."""
+        """Why some rounds or metrics gave no number (distinct reasons), or ''."""
         reasons = []
         for o in self.outcomes(workload, backend):
+            texts = list(o.get("notes", []))
             if o["status"] != "ok":
-                text = f"{o['status']}: {o.get('reason', '')}".strip()
-                if text not in reasons:
-                    reasons.append(text)
+                texts.append(f"{o['status']}: {o.get('reason', '')}".strip())
+            reasons += [text for text in texts if text not in reasons]
         return "; ".join(reasons)
 
     def durability(self, backend: str) -> dict[str, str]:

@@ -23,8 +23,9 @@ __all__ = [
 class BackendSpec:
     """A named configuration of one adapter class.
 
-    ``counterpart`` names the lovia-store backend at the same engine and
-    durability; ratios in the report are taken against it, round by round.
+    ``counterparts`` name the lovia-store backends this one is compared with,
+    round by round: first the like-for-like one (same engine, journal mode and
+    synchronous setting), then any other at the same durability worth a row.
     """
 
     name: str
@@ -33,7 +34,7 @@ class BackendSpec:
     cls: str
     wal: bool
     pg: bool
-    counterpart: str | None
+    counterparts: tuple[str, ...]
     durability: str
 
     @property
@@ -54,8 +55,8 @@ BACKENDS: dict[str, BackendSpec] = {
             "LoviaStoreBackend",
             False,
             False,
-            None,
-            "SQLiteSession(path, wal=False): as lovia-store configures it (see probed)",
+            (),
+            "SQLiteSession(path): lovia-store's default, journal_mode=DELETE, synchronous=FULL",
         ),
         BackendSpec(
             "store-sqlite-wal",
@@ -64,8 +65,21 @@ BACKENDS: dict[str, BackendSpec] = {
             "LoviaStoreBackend",
             True,
             False,
-            None,
-            "SQLiteSession(path, wal=True): as lovia-store configures it (see probed)",
+            (),
+            "SQLiteSession(path, wal=True): journal_mode=WAL, synchronous=FULL "
+            "(a commit survives power loss)",
+        ),
+        BackendSpec(
+            "store-sqlite-wal-normal",
+            "lovia-store",
+            "lovia_store",
+            "LoviaStoreNormalBackend",
+            True,
+            False,
+            (),
+            'Database(path, wal=True, synchronous="normal") passed to SQLSession, '
+            "SQLCheckpointer and SQLSessionStorage: zett-agent's setting (a power loss can "
+            "drop the last commits)",
         ),
         BackendSpec(
             "store-pg",
@@ -74,7 +88,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "LoviaStoreBackend",
             False,
             True,
-            None,
+            (),
             "SQLSession(postgresql+asyncpg): server settings",
         ),
         BackendSpec(
@@ -84,7 +98,9 @@ BACKENDS: dict[str, BackendSpec] = {
             "LoviaBackend",
             False,
             False,
-            "store-sqlite",
+            # Same journal and sync; then lovia's default journal vs lovia-store in WAL,
+            # both synchronous=FULL: the same durability.
+            ("store-sqlite", "store-sqlite-wal"),
             f"journal_mode=DELETE, {_SYNC_FULL}, {_BUSY}; new connection per call",
         ),
         BackendSpec(
@@ -94,7 +110,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "LoviaBackend",
             True,
             False,
-            "store-sqlite-wal",
+            ("store-sqlite-wal",),
             f"journal_mode=WAL, {_SYNC_FULL}, busy_timeout=5000; new connection per call",
         ),
         BackendSpec(
@@ -104,7 +120,8 @@ BACKENDS: dict[str, BackendSpec] = {
             "ZettBackend",
             True,
             False,
-            "store-sqlite-wal",
+            # Like for like at NORMAL; then lovia-store at the stronger FULL.
+            ("store-sqlite-wal-normal", "store-sqlite-wal"),
             "journal_mode=WAL, synchronous=NORMAL, busy_timeout=5000 (fixed by zett-agent): "
             "a power loss can drop the last commits",
         ),
@@ -115,7 +132,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "ZettBackend",
             False,
             True,
-            "store-pg",
+            ("store-pg",),
             "SQLSessionStorage(postgresql+psycopg): server settings; its documented driver",
         ),
         BackendSpec(
@@ -125,7 +142,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "RawSQLiteBackend",
             False,
             False,
-            "store-sqlite",
+            ("store-sqlite",),
             "sqlite3 in one worker thread, one connection; "
             f"journal_mode=DELETE, {_SYNC_FULL}, {_BUSY}",
         ),
@@ -136,7 +153,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "RawSQLiteBackend",
             True,
             False,
-            "store-sqlite-wal",
+            ("store-sqlite-wal",),
             f"sqlite3 in one worker thread, one connection; journal_mode=WAL, {_SYNC_FULL}, "
             "busy_timeout=5000",
         ),
@@ -147,7 +164,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "RawSQLiteNormalBackend",
             True,
             False,
-            "store-sqlite-wal",
+            ("store-sqlite-wal-normal",),
             "as raw-sqlite-wal but synchronous=NORMAL (no fsync per commit; zett-agent's setting)",
         ),
         BackendSpec(
@@ -157,7 +174,7 @@ BACKENDS: dict[str, BackendSpec] = {
             "RawPgBackend",
             False,
             True,
-            "store-pg",
+            ("store-pg",),
             "asyncpg pool, one transaction per run; server settings",
         ),
     )

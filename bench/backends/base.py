@@ -91,6 +91,10 @@ class Backend(ABC):
     async def load(self, session_id: str) -> int:
         """Load the whole session; return how many entries came back."""
 
+    async def stream(self, session_id: str) -> int:
+        """Iterate the whole session in bounded batches, holding none of it; return the count."""
+        raise Unsupported("no streaming read")
+
     async def count(self, session_id: str) -> int:
         """Entries stored in the session (W7's loss check)."""
         return await self.load(session_id)

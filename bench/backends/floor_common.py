@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 TRIM_KEEP_CHARS = 400
+STREAM_BATCH = 1_000  # rows per keyset page of a streaming read
 TRIM_SENTINEL = "archived to a result store]"
 
 

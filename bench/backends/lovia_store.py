@@ -1,8 +1,8 @@
-"""lovia-store (this project), written against the names in shared/API.md.
+"""lovia-store (this project), driven through its public API.
 
-The library is being written alongside this harness: whatever it does not
-offer yet surfaces as :class:`Unavailable` / :class:`Unsupported`, and the
-report shows n/a instead of failing.
+The library is written alongside this harness: whatever it does not offer
+yet surfaces as :class:`Unavailable` / :class:`Unsupported`, and the report
+shows n/a instead of failing.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import lovia_store
 from bench.backends.base import Backend, Unsupported
-from bench.backends.sqlite_probe import file_journal_mode, sync_name
+from bench.backends.sqlite_probe import sync_name
 from bench.data import Entry, Run
 
 
@@ -32,7 +33,7 @@ async def _close(store: Any) -> None:
         await close()
 
 
-async def _warm_up(call: Callable[[], Awaitable[Any]], target: str) -> None:
+async def _warm_up(call: Callable[[], Awaitable[Any]], target: Any) -> None:
     """Make the first (untimed) call; if it fails, ``lovia_store.upgrade(target)`` and retry.
 
     Stores may migrate on first use, or may want an explicit upgrade first (on
@@ -55,38 +56,49 @@ async def _warm_up(call: Callable[[], Awaitable[Any]], target: str) -> None:
     await call()
 
 
-def _find_engine(store: Any) -> Any:
-    """The AsyncEngine a store uses, searched one attribute level deep (best effort)."""
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
-    def attributes(obj: Any) -> list[Any]:
-        return list(getattr(obj, "__dict__", {}).values())
-
-    for obj in [store, *attributes(store)]:
-        if isinstance(obj, AsyncEngine):
-            return obj
-        for value in attributes(obj):
-            if isinstance(value, AsyncEngine):
-                return value
-    return None
+def _pragmas(conn: Any) -> tuple[Any, ...]:
+    """A work function: journal_mode, synchronous and busy_timeout of the store's connection."""
+    return tuple(
+        conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+        for name in ("journal_mode", "synchronous", "busy_timeout")
+    )
 
 
 class LoviaStoreBackend(Backend):
-    """lovia-store's SQLiteSession / SQLSession and their checkpointer and Raw Log reader."""
+    """lovia-store's SQLiteSession / SQLSession, its checkpointer and its Raw Log reader.
+
+    On SQLite the session store opens the file as a user would
+    (``SQLiteSession(path, wal=...)``); the Raw Log reader borrows the same
+    ``Database``. A subclass that sets ``synchronous`` opens a ``Database`` itself
+    with that setting and passes it to every store.
+    """
+
+    synchronous: str | None = None  # None: the library's default (FULL)
 
     async def open(self) -> None:
-        self.stores: list[Any] = []
-        target = self._url() if self.pg else str(self.ctx.sqlite_path())
-        if self.pg:
-            self.session = _api("SQLSession")(target)
-        else:
-            self.session = _api("SQLiteSession")(target, wal=self.wal)
-        self.stores.append(self.session)
+        self.stores: list[Any] = []  # closed in reverse order
         self._entry_from_dict = _api("entry_from_dict")
-        await _warm_up(lambda: self.session.load("warmup"), target)
+        path = self.ctx.sqlite_path()
+        if self.pg:
+            self.session = _api("SQLSession")(self._url())
+        elif self.synchronous is None:
+            self.session = _api("SQLiteSession")(str(path), wal=self.wal)
+        else:
+            self.session = _api("SQLSession")(self._database(path))
+        self.stores.append(self.session)
+        await _warm_up(lambda: self.session.load("warmup"), self._target(path))
 
     def _url(self) -> str:
         return self.ctx.require_pg().url("asyncpg")
+
+    def _target(self, path: Path) -> Any:
+        return self._url() if self.pg else str(path)
+
+    def _database(self, path: Path) -> Any:
+        """A Database at this backend's journal mode and ``synchronous``, closed with the trial."""
+        database = _api("Database")(str(path), wal=self.wal, synchronous=self.synchronous)
+        self.stores.append(database)
+        return database
 
     async def close(self) -> None:
         for store in reversed(self.stores):
@@ -95,16 +107,7 @@ class LoviaStoreBackend(Backend):
     async def durability(self) -> dict[str, str]:
         if self.pg:
             return {}
-        engine = _find_engine(self.session)
-        if engine is None:  # the journal mode at least is readable from the file itself
-            return {
-                "journal_mode": file_journal_mode(self.ctx.sqlite_path()),
-                "synchronous": "? (no engine found on the store to ask)",
-            }
-        async with engine.connect() as conn:
-            journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
-            sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
-            busy = (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar()
+        journal, sync, busy = await self.session.database.read(_pragmas)
         return {
             "journal_mode": str(journal),
             "synchronous": sync_name(sync),
@@ -120,15 +123,26 @@ class LoviaStoreBackend(Backend):
     async def load(self, session_id: str) -> int:
         return len(await self.session.load(session_id))
 
+    async def stream(self, session_id: str) -> int:
+        iterate = getattr(self.session, "iter_entries", None)
+        if iterate is None:
+            raise Unsupported("lovia_store has no SQLSession.iter_entries yet")
+        count = 0
+        async for _entry in iterate(session_id):
+            count += 1
+        return count
+
     async def open_checkpointer(self) -> None:
-        target = self._url() if self.pg else str(self.ctx.sqlite_path("runs.db"))
+        path = self.ctx.sqlite_path("runs.db")
         if self.pg:
-            self.checkpointer = _api("SQLCheckpointer")(target)
+            self.checkpointer = _api("SQLCheckpointer")(self._url())
+        elif self.synchronous is None:
+            self.checkpointer = _api("SQLiteCheckpointer")(str(path), wal=self.wal)
         else:
-            self.checkpointer = _api("SQLiteCheckpointer")(target, wal=self.wal)
+            self.checkpointer = _api("SQLCheckpointer")(self._database(path))
         self.stores.append(self.checkpointer)
         self._run_head, self._usage = _api("RunHead"), _api("Usage")
-        await _warm_up(lambda: self.checkpointer.load("warmup"), target)
+        await _warm_up(lambda: self.checkpointer.load("warmup"), self._target(path))
 
     def convert_entry(self, entry: Entry) -> Any:
         return self._entry_from_dict(entry)
@@ -140,14 +154,8 @@ class LoviaStoreBackend(Backend):
         await self.checkpointer.append(run_id, [entry], head)
 
     async def open_raw_log(self) -> None:
-        if self.pg:
-            self.raw_log = _api("SQLSessionStorage")(self._url())
-        elif self.wal:
-            database = _api("Database")(str(self.ctx.sqlite_path()), wal=True)
-            self.stores.append(database)
-            self.raw_log = _api("SQLSessionStorage")(database)
-        else:
-            self.raw_log = _api("SQLiteSessionStorage")(str(self.ctx.sqlite_path()))
+        # The Raw Log API on the session's own Database: the same rows, the same connections.
+        self.raw_log = _api("SQLSessionStorage")(self.session.database)
         self.stores.append(self.raw_log)
 
     async def page(self, session_id: str, *, offset: int, after_sequence: int, limit: int) -> int:
@@ -161,3 +169,9 @@ class LoviaStoreBackend(Backend):
 
     async def rewind(self, session_id: str, keep_entries: int) -> int:
         return int(await self.session.rewind(session_id, keep_entries=keep_entries))
+
+
+class LoviaStoreNormalBackend(LoviaStoreBackend):
+    """The stores on ``Database(path, wal=True, synchronous="normal")``: zett-agent's setting."""
+
+    synchronous = "normal"

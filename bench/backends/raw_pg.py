@@ -14,7 +14,7 @@ import asyncpg
 import orjson
 
 from bench.backends.base import Backend
-from bench.backends.floor_common import dangling_calls, head_json, trimmed
+from bench.backends.floor_common import STREAM_BATCH, dangling_calls, head_json, trimmed
 from bench.data import Entry, Run
 
 _SCHEMA = """
@@ -62,6 +62,20 @@ class RawPgBackend(Backend):
             "SELECT entry FROM entries WHERE session_id = $1 ORDER BY seq", session_id
         )
         return len([orjson.loads(r[0]) for r in rows])
+
+    async def stream(self, session_id: str) -> int:
+        """Keyset pages on seq, one read per page, each page decoded and dropped."""
+        count, after = 0, 0
+        while rows := await self.db.fetch(
+            "SELECT seq, entry FROM entries WHERE session_id = $1 AND seq > $2 "
+            "ORDER BY seq LIMIT $3",
+            session_id,
+            after,
+            STREAM_BATCH,
+        ):
+            count += len([orjson.loads(r[1]) for r in rows])
+            after = rows[-1][0]
+        return count
 
     async def count(self, session_id: str) -> int:
         return int(

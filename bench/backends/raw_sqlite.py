@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import orjson
 
 from bench.backends.base import Backend
-from bench.backends.floor_common import dangling_calls, head_json, trimmed
+from bench.backends.floor_common import STREAM_BATCH, dangling_calls, head_json, trimmed
 from bench.backends.sqlite_probe import connection_settings
 from bench.data import Entry, Run
 
@@ -115,6 +115,23 @@ class RawSQLiteBackend(Backend):
             return [orjson.loads(r[0]) for r in rows]
 
         return len(await self._call(read))
+
+    async def stream(self, session_id: str) -> int:
+        """Keyset pages on seq, one read per page, each page decoded and dropped."""
+        count, after = 0, 0
+
+        def read() -> list[Any]:
+            assert self.conn is not None
+            return self.conn.execute(
+                "SELECT seq, entry FROM entries WHERE session_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (session_id, after, STREAM_BATCH),
+            ).fetchall()
+
+        while rows := await self._call(read):
+            count += len([orjson.loads(r[1]) for r in rows])
+            after = rows[-1][0]
+        return count
 
     async def count(self, session_id: str) -> int:
         def read() -> int:

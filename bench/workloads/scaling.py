@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Awaitable, Callable
 
 from bench import data
+from bench.backends import Unsupported
 from bench.config import Scale
 from bench.workloads.base import Metric, Stopwatch, TrialEnv, Workload, check, median, run_ids
 
@@ -22,7 +24,13 @@ def _metrics(scale: Scale) -> tuple[Metric, ...]:
     for size in scale.w8_load_sizes:
         loads.append(Metric(f"load_{size}_ms", f"load {_label(size)} (ms)", False, 1))
         loads.append(Metric(f"peak_{size}_mib", f"peak {_label(size)} (MiB)", False, 1))
-    return (*appends, *loads)
+    streams = []
+    for size in scale.w8_load_sizes:
+        streams.append(Metric(f"stream_{size}_ms", f"stream {_label(size)} (ms)", False, 1))
+        streams.append(
+            Metric(f"stream_peak_{size}_mib", f"stream peak {_label(size)} (MiB)", False, 1)
+        )
+    return (*appends, *loads, *streams)
 
 
 async def _appends(env: TrialEnv) -> dict[str, float]:
@@ -44,24 +52,36 @@ async def _appends(env: TrialEnv) -> dict[str, float]:
     return result
 
 
+async def _timed(call: Callable[[], Awaitable[int]], size: int, what: str) -> tuple[float, float]:
+    """One timed call, then a second under tracemalloc: (ms, peak MiB)."""
+    with Stopwatch() as sw:
+        got = await call()
+    check(got == size, f"W8 {what} returned {got} entries, expected {size}")
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        await call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return sw.seconds * 1e3, peak / 2**20
+
+
 async def _loads(env: TrialEnv) -> dict[str, float]:
-    """One timed load per size, then a second one under tracemalloc for its peak."""
+    """Per size: a whole load, then a streaming read (where the backend has one)."""
     backend, result = env.backend, {}
     for size in env.scale.w8_load_sizes:
         session = f"w8-load-{size}"
         await backend.prefill(session, data.runs(0, size // data.ENTRIES_PER_RUN), 0)
-        with Stopwatch() as sw:
-            got = await backend.load(session)
-        check(got == size, f"W8 load returned {got} entries, expected {size}")
-        tracemalloc.start()
+        ms, peak = await _timed(lambda s=session: backend.load(s), size, "load")
+        result[f"load_{size}_ms"], result[f"peak_{size}_mib"] = ms, peak
         try:
-            tracemalloc.reset_peak()
-            await backend.load(session)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        result[f"load_{size}_ms"] = sw.seconds * 1e3
-        result[f"peak_{size}_mib"] = peak / 2**20
+            ms, peak = await _timed(lambda s=session: backend.stream(s), size, "stream")
+        except Unsupported as exc:
+            if f"stream: {exc}" not in env.notes:
+                env.notes.append(f"stream: {exc}")
+            continue
+        result[f"stream_{size}_ms"], result[f"stream_peak_{size}_mib"] = ms, peak
     return result
 
 
@@ -74,9 +94,10 @@ W8 = Workload(
     "Scaling with session size",
     "Cost of appending run #k to one session for k in {points} (#1: that append alone; later: "
     "median of {s.w8_window} consecutive appends from there; the runs before are untimed "
-    "setup), and loading sessions of {sizes} entries: one load timed, then a second under "
-    "tracemalloc for the peak of Python allocations (driver C buffers not counted). --scale "
-    "full goes to run #10,000 and 100,000 entries.",
+    "setup), and reading sessions of {sizes} entries, whole (load) and streamed in keyset pages "
+    "of 1,000 (lovia-store: SQLSession.iter_entries; raw floors: the same pages by hand): one "
+    "read timed, then a second under tracemalloc for the peak of Python allocations (driver C "
+    "buffers not counted). --scale full goes to run #10,000 and 100,000 entries.",
     (),
     _w8,
     metrics_for=_metrics,
