@@ -11,8 +11,9 @@ __all__ = ["translate"]
 # PostgreSQL SQLSTATEs that mean "lost a race, nothing applied":
 # serialization_failure, deadlock_detected, lock_not_available.
 _PG_BUSY = {"40001", "40P01", "55P03"}
-# MySQL/MariaDB: lock wait timeout, deadlock.
-_MYSQL_BUSY = {1205, 1213}
+# MySQL/MariaDB: lock wait timeout, deadlock, and "table definition has changed"
+# (a transaction whose snapshot predates a concurrent migration's DDL).
+_MYSQL_BUSY = {1205, 1213, 1412}
 
 
 def _sqlstate(orig: BaseException | None) -> str | None:
