@@ -101,6 +101,7 @@ class Database:
         self.is_sqlite = self.dialect == "sqlite"
         self._path = self._runner.url.database if self.is_sqlite else None
         self._schema_ready = False
+        self._schema_checks: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
         self._closed = False
 
     @staticmethod
@@ -134,12 +135,25 @@ class Database:
     # -- schema ---------------------------------------------------------------
 
     async def ensure_schema(self) -> None:
-        """Check (and unless ``verify_only``, migrate) the schema once per Database."""
+        """Check (and unless ``verify_only``, migrate) the schema once per Database.
+
+        Concurrent first calls on one event loop share one check, so a burst of
+        first writes does not race its own migration.
+        """
         if self._schema_ready:
             return
         from .schema import ensure_current
 
-        await ensure_current(self, verify_only=self.verify_only)
+        loop = asyncio.get_running_loop()
+        check = self._schema_checks.get(loop)
+        if check is None:
+            check = asyncio.ensure_future(ensure_current(self, verify_only=self.verify_only))
+            self._schema_checks[loop] = check
+        try:
+            await asyncio.shield(check)
+        finally:
+            if check.done():
+                self._schema_checks.pop(loop, None)
         self._schema_ready = True
 
     def missing_file(self) -> bool:
