@@ -74,6 +74,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="also write raw trial outcomes as JSON here")
     parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: render the report again from an earlier run's --json file",
+    )
+    parser.add_argument(
         "--tmpdir", type=Path, help="where SQLite files go (default: the system temp dir)"
     )
     parser.add_argument("--pg-host", default="127.0.0.1")
@@ -178,9 +184,25 @@ def _output_path(args: argparse.Namespace, scale: Scale) -> Path:
     return Path(args.output)
 
 
+def rerender(args: argparse.Namespace) -> int:
+    """``--render``: the report of an earlier run, from its raw outcomes."""
+    raw = json.loads(args.render.read_text())
+    if "info" not in raw:
+        raise SystemExit(
+            f"{args.render} holds no run description (written before --render existed)"
+        )
+    info = RunInfo.from_json(raw["info"])
+    output = _output_path(args, info.scale)
+    output.write_text(render(Results.from_json(raw), info))
+    _log(f"report written to {output}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print the report and write it to a file."""
     args = parse_args(argv)
+    if args.render:
+        return rerender(args)
     scale = SCALES[args.scale]
     rounds = args.rounds or scale.rounds
     workloads = args.only or list(WORKLOADS)
@@ -224,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if target is not None:
         asyncio.run(pg.drop_database(target))
     if args.json:  # first: the raw outcomes survive a report that fails to render
-        args.json.write_text(json.dumps(results.to_json(), indent=1))
+        raw = {**results.to_json(), "info": info.to_json()}
+        args.json.write_text(json.dumps(raw, indent=1))
     report = render(results, info)
     output.write_text(report)
     print(report)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from bench import data, targets
 from bench.backends import BACKENDS
-from bench.config import Scale
+from bench.config import SCALES, Scale
 from bench.results import Results
 from bench.workloads import WORKLOADS, Workload
 from bench.workloads.base import Metric
@@ -27,6 +28,15 @@ class RunInfo:
     machine: dict[str, str]
     packages: dict[str, str]
     postgres: dict[str, str]
+
+    def to_json(self) -> dict[str, object]:
+        """This run's description, saved beside the raw outcomes (``--json``)."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "scale": self.scale.name}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunInfo:
+        """What :meth:`to_json` wrote."""
+        return cls(**{**data, "scale": SCALES[data["scale"]]})
 
 
 _EN_DASH, _TIMES = "\u2013", "\u00d7"

@@ -95,3 +95,8 @@ class Results:
     def to_json(self) -> dict[str, Any]:
         """Raw outcomes, for ``--json``."""
         return {"rounds": self.rounds, "cells": self.cells}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Results:
+        """What :meth:`to_json` wrote."""
+        return cls(int(data["rounds"]), data["cells"])
