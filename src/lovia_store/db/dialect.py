@@ -18,15 +18,15 @@ from sqlalchemy.sql import Executable
 from .tables import sessions
 from .types import UTCDateTime
 
-__all__ = ["Bumped", "bump_session", "insert_ignore"]
+__all__ = ["MYSQL", "Bumped", "bump_session", "insert_ignore", "upsert"]
 
-_MYSQL = ("mysql", "mariadb")
+MYSQL = ("mysql", "mariadb")
 _DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
 
 
 @cache
 def _insert_ignore(dialect: str, table: Table) -> Executable:
-    if dialect in _MYSQL:
+    if dialect in MYSQL:
         return table.insert().prefix_with("IGNORE")
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(table).on_conflict_do_nothing()
@@ -54,6 +54,24 @@ c = sessions.c
 _RETURNED = (c.last_sequence, c.run_count, c.parent_session_id)
 
 
+def upsert(
+    dialect: str, table: Table, values: dict[str, Any], changes: dict[str, Any], returning: Any
+) -> Executable:
+    """Insert, or update the row whose primary key exists, in one statement.
+
+    MySQL has no RETURNING here: its callers read the (now locked) row back.
+    """
+    if dialect in MYSQL:
+        return mysql.insert(table).values(values).on_duplicate_key_update(**changes)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(table)
+        .values(values)
+        .on_conflict_do_update(index_elements=list(table.primary_key.columns), set_=changes)
+        .returning(*returning)
+    )
+
+
 @cache
 def _bump(dialect: str) -> Executable:
     now = bindparam("now", type_=UTCDateTime())
@@ -72,15 +90,7 @@ def _bump(dialect: str) -> Executable:
         "run_count": c.run_count + bindparam("runs"),
         "updated_at": now,
     }
-    if dialect in _MYSQL:
-        return mysql.insert(sessions).values(values).on_duplicate_key_update(**bumps)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        insert(sessions)
-        .values(values)
-        .on_conflict_do_update(index_elements=[c.session_id], set_=bumps)
-        .returning(*_RETURNED)
-    )
+    return upsert(dialect, sessions, values, bumps, _RETURNED)
 
 
 _BUMPED = select(*_RETURNED).where(c.session_id == bindparam("sid"))
@@ -107,7 +117,7 @@ def bump_session(
     params.update(_DISPLAY)
     params.update(create or {})
     result = conn.execute(_bump(conn.dialect.name), params)
-    if conn.dialect.name in _MYSQL:  # no RETURNING: the row is locked, read it back
+    if conn.dialect.name in MYSQL:  # no RETURNING: the row is locked, read it back
         result = conn.execute(_BUMPED, {"sid": session_id})
     row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])

@@ -14,10 +14,9 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.sql import Executable
 
-from ..db.dialect import insert_ignore
+from ..db.dialect import MYSQL, insert_ignore, upsert
 from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
@@ -64,15 +63,7 @@ def _upsert(dialect: str) -> Executable:
         "entry_count": h.entry_count + bindparam("count"),
         "updated_at": now,
     }
-    if dialect in ("mysql", "mariadb"):
-        return mysql.insert(run_heads).values(values).on_duplicate_key_update(**changes)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        insert(run_heads)
-        .values(values)
-        .on_conflict_do_update(index_elements=[h.run_id], set_=changes)
-        .returning(h.entry_count)
-    )
+    return upsert(dialect, run_heads, values, changes, [h.entry_count])
 
 
 _COUNT = select(h.entry_count).where(h.run_id == bindparam("run_id"))
@@ -89,7 +80,7 @@ def _upsert_head(conn: Connection, run_id: str, head: RunHead, count: int) -> in
         "now": utcnow(),
     }
     result = conn.execute(_upsert(conn.dialect.name), params)
-    if conn.dialect.name in ("mysql", "mariadb"):  # no RETURNING: read the locked row back
+    if conn.dialect.name in MYSQL:  # no RETURNING: read the locked row back
         result = conn.execute(_COUNT, {"run_id": run_id})
     return int(result.scalar_one())
 
