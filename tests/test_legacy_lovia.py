@@ -48,7 +48,7 @@ async def test_migration_replaces_lovia_tables_and_records_versions(
     assert {"lovia_messages", "lovia_session_runs", "lovia_run_heads", "lovia_run_entries"} <= after
     with sqlite3.connect(path) as conn:
         versions = dict(conn.execute("SELECT store, version FROM lovia_schema"))
-        assert versions == KNOWN_VERSIONS == {"session": 1, "checkpoint": 2, "raw_log": 1}
+        assert versions == KNOWN_VERSIONS == {"session": 1, "checkpoint": 3, "raw_log": 1}
         # Checkpoints are carried over, not dropped: every head and every entry.
         heads = dict(conn.execute("SELECT run_id, entry_count FROM lovia_run_heads"))
         expected = {

@@ -105,7 +105,7 @@ async def test_newer_postgres_is_refused_and_password_never_shown(pg_url: str) -
         host=url.host, port=url.port, user=url.username, database=url.database
     )
     try:
-        await conn.execute("UPDATE lovia_schema SET version = 3 WHERE store = 'checkpoint'")
+        await conn.execute("UPDATE lovia_schema SET version = 9 WHERE store = 'checkpoint'")
         secret = url.set(password="s3cret-pass").render_as_string(hide_password=False)
         with pytest.raises(SchemaVersionError) as caught:
             async with SQLSession(secret) as store:

@@ -21,6 +21,8 @@ from .errors import (
     ConflictError,
     LoviaStoreError,
     MissingDriverError,
+    RunInProgressError,
+    RunOwnershipLost,
     SchemaNotCurrentError,
     SchemaVersionError,
     SnapshotConflictError,
@@ -53,6 +55,7 @@ from .stores.checkpoint_models import (
     RunSummary,
     ToolEffect,
 )
+from .stores.leases import RunLease, RunLeases
 from .stores.memory_checkpoints import InMemoryCheckpointer
 from .stores.memory_sessions import InMemorySession
 from .stores.segments import Segment, Session
@@ -86,6 +89,10 @@ __all__ = [
     "RawMessageRecord",
     "ReasoningEntry",
     "RunHead",
+    "RunInProgressError",
+    "RunLease",
+    "RunLeases",
+    "RunOwnershipLost",
     "RunResult",
     "RunSnapshot",
     "RunSummary",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
     "ConflictError",
     "LoviaStoreError",
     "MissingDriverError",
+    "RunInProgressError",
+    "RunOwnershipLost",
     "SchemaNotCurrentError",
     "SchemaVersionError",
     "SnapshotConflictError",
@@ -74,6 +78,40 @@ class SnapshotConflictError(ConflictError, ValueError):
         super().__init__(
             f"session {session_id!r}: expected snapshot version {expected}, "
             f"but the latest is {actual if actual is not None else 'unknown'}"
+        )
+
+
+class RunInProgressError(ConflictError):
+    """Another live worker holds this run's lease: running it here would fork it.
+
+    ``holder`` names that worker (host and pid) and ``expires_at`` is when its
+    lease lapses unless renewed; a crashed holder's run can be resumed then.
+    """
+
+    def __init__(self, *, run_id: str, holder: str, expires_at: datetime) -> None:
+        self.run_id = run_id
+        self.holder = holder
+        self.expires_at = expires_at
+        super().__init__(
+            f"run {run_id!r} is in progress on {holder} (its lease runs until "
+            f"{expires_at.isoformat(timespec='seconds')} unless renewed); it was not "
+            "started a second time"
+        )
+
+
+class RunOwnershipLost(ConflictError):
+    """This worker's lease on the run was taken over; its write was refused.
+
+    Raised when a worker stalled past its lease and another one resumed the
+    run: the stalled worker must stop, so the run's transcript never forks.
+    """
+
+    def __init__(self, *, run_id: str, token: int) -> None:
+        self.run_id = run_id
+        self.token = token
+        super().__init__(
+            f"run {run_id!r}: lease {token} is no longer held by this worker (another "
+            "worker took the run over after the lease expired); the write was refused"
         )
 
 

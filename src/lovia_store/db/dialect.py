@@ -1,4 +1,4 @@
-"""The few statements whose SQL differs by dialect: upserts and insert-if-absent.
+"""The few statements whose SQL differs by dialect: upserts, insert-if-absent, the clock.
 
 Each statement is built once per dialect with bound parameters and reused, so
 the hot paths pay neither statement construction nor cache-key generation on
@@ -11,14 +11,17 @@ from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Table, bindparam, select
+from sqlalchemy import BigInteger, Connection, Table, bindparam, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from .tables import sessions
 from .types import UTCDateTime
 
-__all__ = ["MYSQL", "Bumped", "bump_session", "insert_ignore", "upsert"]
+__all__ = ["MYSQL", "Bumped", "bump_session", "db_clock_ms", "insert_ignore", "upsert"]
 
 MYSQL = ("mysql", "mariadb")
 _DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
@@ -121,3 +124,31 @@ def bump_session(
         result = conn.execute(_BUMPED, {"sid": session_id})
     row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])
+
+
+class db_clock_ms(FunctionElement[int]):  # an SQL function, named like one
+    """The database server's clock in epoch milliseconds.
+
+    Lease expiry is judged by this one clock, so hosts whose clocks disagree
+    still agree on when a lease lapsed.
+    """
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(db_clock_ms, "sqlite")
+def _sqlite_clock(_element: db_clock_ms, _compiler: SQLCompiler, **_kw: Any) -> str:
+    return "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+
+
+@compiles(db_clock_ms, "postgresql")
+def _postgresql_clock(_element: db_clock_ms, _compiler: SQLCompiler, **_kw: Any) -> str:
+    return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+
+
+@compiles(db_clock_ms, "mysql")
+@compiles(db_clock_ms, "mariadb")
+def _mysql_clock(_element: db_clock_ms, _compiler: SQLCompiler, **_kw: Any) -> str:
+    # UTC_TIMESTAMP and TIMESTAMPDIFF ignore the session time zone (UNIX_TIMESTAMP does not).
+    return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000"

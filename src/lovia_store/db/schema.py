@@ -39,7 +39,7 @@ __all__ = [
     "run_command_line",
 ]
 
-KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 2, "raw_log": 1}
+KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 3, "raw_log": 1}
 """The newest ``lovia_schema`` version of each store that this code can read."""
 
 LEGACY_VERSION = 0

@@ -27,6 +27,7 @@ __all__ = [
     "metadata",
     "run_entries",
     "run_heads",
+    "run_leases",
     "schema_versions",
     "session_runs",
     "sessions",
@@ -177,4 +178,20 @@ tool_effects = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("result_json", JsonText, nullable=True),
     PrimaryKeyConstraint("run_id", "call_id"),
+)
+
+# Who executes a run right now. ``token`` grows on every takeover and every
+# checkpoint write names the token it was issued under, so a worker that
+# stalled past its lease is fenced off. ``lease_id`` is unique per
+# acquisition; ``expires_ms`` is the database clock's epoch milliseconds, so
+# hosts' clocks never have to agree. The row outlives a released lease: the
+# token must never repeat while the run exists.
+run_leases = Table(
+    "lovia_run_leases",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("token", BigInteger, nullable=False),
+    Column("lease_id", String(32), nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
 )

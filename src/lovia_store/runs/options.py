@@ -7,6 +7,7 @@ from typing import Literal, get_args
 
 from ..errors import UserError
 from ..stores.checkpoint_models import Checkpointer, RunSnapshot
+from ..stores.leases import DEFAULT_LEASE_TTL, check_ttl
 from ..stores.segments import check_id
 
 __all__ = ["CheckpointOptions", "IfRunExists"]
@@ -24,6 +25,11 @@ class CheckpointOptions:
     run, ``fail`` refuses it, ``resume_only`` refuses a missing one.
     ``delete_on_success`` drops the snapshot after the run is in the session;
     ``resume_from`` continues from a snapshot the caller obtained.
+
+    ``lease_ttl`` (seconds): with a checkpointer that supports leases, the run
+    is held by one worker at a time; a worker silent for longer than this
+    (every checkpoint write and a background renewal keep it alive) may be
+    taken over. ``None`` turns leases off.
     """
 
     checkpointer: Checkpointer | None = None
@@ -31,6 +37,7 @@ class CheckpointOptions:
     if_run_exists: IfRunExists = "resume"
     delete_on_success: bool = False
     resume_from: RunSnapshot | None = None
+    lease_ttl: float | None = DEFAULT_LEASE_TTL
 
     def __post_init__(self) -> None:
         if self.if_run_exists not in get_args(IfRunExists):
@@ -61,6 +68,8 @@ class CheckpointOptions:
             raise UserError("resume_only needs the run_id of the run to continue")
         if not isinstance(self.delete_on_success, bool):
             raise UserError("delete_on_success must be a bool")
+        if self.lease_ttl is not None:
+            check_ttl(self.lease_ttl)
 
     @property
     def key(self) -> str | None:

@@ -5,6 +5,10 @@ the order is fixed: the checkpoint is finalized first, then the run is
 appended to the session (idempotent by run id), then, with
 ``delete_on_success``, the snapshot is deleted. A crash between any two steps
 heals when the same call is issued again: the completed snapshot replays.
+
+With a checkpointer that supports leases, each execution holds the run's
+lease, renews it in the background and fences every write with it, so two
+workers never execute one run at once.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from ..entries import (
     check_entries,
     drop_dangling_tool_calls,
 )
-from ..errors import LoviaStoreError, UserError
+from ..errors import LoviaStoreError, RunOwnershipLost, UserError
 from ..stores.checkpoint_models import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
+from ..stores.leases import DEFAULT_LEASE_TTL, RunLease, RunLeases
 from ..stores.segments import Session, check_id
 from .agent import MODEL_OUTPUT, Agent
 from .options import CheckpointOptions
@@ -88,14 +93,76 @@ class Runner:
         recorded, or None when no such run is stored.
         """
         check_id(session_id, "session_id")
-        snapshot = await checkpointer.load(run_id)
-        if snapshot is None:
-            return None
-        entries = drop_dangling_tool_calls(snapshot.entries)
-        meta = {"timing": _timing(snapshot.started_at, time.time()), "abandoned": True}
-        await session.append(session_id, entries, run_id=run_id, meta=meta)
-        await checkpointer.delete(run_id)
-        return entries
+        async with _Held(checkpointer, run_id, DEFAULT_LEASE_TTL):
+            snapshot = await checkpointer.load(run_id)
+            if snapshot is None:
+                return None
+            entries = drop_dangling_tool_calls(snapshot.entries)
+            meta = {"timing": _timing(snapshot.started_at, time.time()), "abandoned": True}
+            await session.append(session_id, entries, run_id=run_id, meta=meta)
+            await checkpointer.delete(run_id)
+            return entries
+
+
+class _Held:
+    """The run's lease for the duration of a block, kept alive while the run is quiet.
+
+    Every fenced write renews the lease; a background renewal happens only
+    when no write did for a third of the ttl, so a busy run adds no load and
+    a run inside a long tool call keeps its lease. A renewal that finds the
+    lease taken over stops: the next write then raises ``RunOwnershipLost``.
+    A checkpointer without leases (or ``ttl=None``) holds nothing.
+    """
+
+    def __init__(self, checkpointer: Checkpointer | None, run_id: str, ttl: float | None) -> None:
+        self.leases = checkpointer if isinstance(checkpointer, RunLeases) else None
+        self.run_id = run_id
+        self.ttl = ttl
+        self.lease: RunLease | None = None
+        self.renewed_at = 0.0
+        self._renewing: asyncio.Task[None] | None = None
+
+    @property
+    def fence(self) -> dict[str, RunLease]:
+        """Keyword arguments that make a checkpoint write conditional on the lease."""
+        return {"lease": self.lease} if self.lease is not None else {}
+
+    def renewed(self, since: float) -> None:
+        """A fenced write that began at ``since`` (monotonic) succeeded."""
+        self.renewed_at = max(self.renewed_at, since)
+
+    async def __aenter__(self) -> _Held:
+        if self.leases is not None and self.ttl is not None:
+            started = time.monotonic()
+            self.lease = await self.leases.acquire_lease(self.run_id, ttl=self.ttl)
+            self.renewed(started)
+            self._renewing = asyncio.create_task(self._renew(self.leases, self.ttl / 3))
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+        if self.leases is not None and self.lease is not None:
+            with contextlib.suppress(Exception):  # unreleased, it simply expires
+                await self.leases.release_lease(self.lease)
+
+    async def _renew(self, leases: RunLeases, every: float) -> None:
+        while self.lease is not None:
+            due = self.renewed_at + every
+            if time.monotonic() < due:
+                await asyncio.sleep(due - time.monotonic())
+                continue
+            started = time.monotonic()
+            try:
+                self.lease = await leases.renew_lease(self.lease)
+            except RunOwnershipLost:
+                return
+            except Exception:  # a transient failure: try again a little later
+                self.renewed(started - every / 2)
+                continue
+            self.renewed(started)
 
 
 def _timing(started_at: float | None, finished_at: float) -> dict[str, JsonValue]:
@@ -149,11 +216,16 @@ class _Run:
         self.entries: list[TranscriptEntry] = []
         self.head = RunHead(agent_name=agent.name)
         self.resumed = False
+        self.held = _Held(self.checkpointer, self.run_id, options.lease_ttl if options else None)
 
     # -- the lifecycle ----------------------------------------------------------------------
 
     async def execute(self, input: str | Sequence[TranscriptEntry]) -> RunResult:
         fresh_input = _input_entries(input)
+        async with self.held:
+            return await self._execute(fresh_input)
+
+    async def _execute(self, fresh_input: list[TranscriptEntry]) -> RunResult:
         snapshot = await self._existing()
         if snapshot is not None and snapshot.status == "completed":
             return await self._replay(snapshot)
@@ -187,7 +259,9 @@ class _Run:
                 # The checkpointer must hold the whole run before new steps join it.
                 await self.checkpointer.delete(self.run_id)
                 snapshot = options.resume_from
-                await self.checkpointer.append(self.run_id, snapshot.entries, snapshot.head)
+                await self.checkpointer.append(
+                    self.run_id, snapshot.entries, snapshot.head, **self.held.fence
+                )
             return options.resume_from
         assert self.checkpointer is not None
         existing = await self.checkpointer.load(self.run_id)
@@ -333,7 +407,7 @@ class _Run:
         effect = None
         if log is not None:
             if tool.effect != "at_least_once":
-                await log.record_intent(self.run_id, call.call_id, tool.name)
+                await log.record_intent(self.run_id, call.call_id, tool.name, **self.held.fence)
 
             def effect(work: Callable[[Any], Any]) -> Awaitable[Any]:
                 return log.run_effect(
@@ -342,6 +416,7 @@ class _Run:
                     tool.name,
                     work,
                     lambda value: result_entry(call.call_id, value),
+                    **self.held.fence,
                 )
 
         context = ToolContext(self.run_id, call.call_id, self.head.turns, self.deps, effect)
@@ -358,7 +433,9 @@ class _Run:
         """
         head = self.head.model_copy(update={**changes, "updated_at": time.time()})
         if self.checkpointer is not None:
-            await self.checkpointer.append(self.run_id, batch, head)
+            started = time.monotonic()
+            await self.checkpointer.append(self.run_id, batch, head, **self.held.fence)
+            self.held.renewed(started)
         self.head = head
         self.entries.extend(batch)
 

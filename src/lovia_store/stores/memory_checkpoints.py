@@ -7,12 +7,14 @@ error; it exists so code and tests can run without a database.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
-from ..errors import UserError
+from ..errors import RunInProgressError, RunOwnershipLost, UserError
 from .checkpoint_models import (
     RunHead,
     RunSnapshot,
@@ -23,6 +25,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
+from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, from_epoch_ms, this_holder
 from .segments import check_id
 
 __all__ = ["InMemoryCheckpointer"]
@@ -32,15 +35,24 @@ class InMemoryCheckpointer:
     def __init__(self) -> None:
         self._runs: dict[str, tuple[list[TranscriptEntry], str, datetime]] = {}
         self._effects: dict[str, dict[str, ToolEffect]] = {}
+        self._leases: dict[str, RunLease] = {}
         self._lock = asyncio.Lock()
 
-    async def append(self, run_id: str, entries: Sequence[TranscriptEntry], head: RunHead) -> None:
+    async def append(
+        self,
+        run_id: str,
+        entries: Sequence[TranscriptEntry],
+        head: RunHead,
+        *,
+        lease: RunLease | None = None,
+    ) -> None:
         check_id(run_id, "run_id")
         batch = check_entries(entries)
         # Stored as JSON, like the SQL stores, so later changes to the caller's
         # head (a mutable model) never reach what was stored.
         head_json = check_head(head).model_dump_json()
         async with self._lock:
+            self._fence(lease, run_id)
             stored = self._runs.get(run_id, ([], "", datetime.now(UTC)))[0]
             self._runs[run_id] = (stored + batch, head_json, datetime.now(UTC))
 
@@ -58,6 +70,9 @@ class InMemoryCheckpointer:
         async with self._lock:
             self._runs.pop(run_id, None)
             self._effects.pop(run_id, None)
+            held = self._leases.get(run_id)
+            if held is not None and held.expires_at.timestamp() <= time.time():
+                del self._leases[run_id]
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
@@ -73,12 +88,70 @@ class InMemoryCheckpointer:
         rows.sort(key=lambda row: (row.updated_at, row.run_id), reverse=True)
         return rows[offset : offset + limit]
 
+    async def acquire_lease(self, run_id: str, *, ttl: float = DEFAULT_LEASE_TTL) -> RunLease:
+        check_id(run_id, "run_id")
+        seconds = check_ttl(ttl)
+        async with self._lock:
+            held = self._leases.get(run_id)
+            now = time.time()
+            if held is not None and held.expires_at.timestamp() > now:
+                raise RunInProgressError(
+                    run_id=run_id, holder=held.holder, expires_at=held.expires_at
+                )
+            lease = RunLease(
+                run_id=run_id,
+                token=held.token + 1 if held else 1,
+                lease_id=uuid4().hex,
+                holder=this_holder(),
+                ttl=seconds,
+                expires_at=from_epoch_ms(round((now + seconds) * 1000)),
+            )
+            self._leases[run_id] = lease
+            return lease
+
+    async def renew_lease(self, lease: RunLease) -> RunLease:
+        async with self._lock:
+            return self._guard(check_lease(lease), lease.run_id)
+
+    async def release_lease(self, lease: RunLease) -> None:
+        check_lease(lease)
+        async with self._lock:
+            held = self._leases.get(lease.run_id)
+            if held is None or held.lease_id != lease.lease_id:
+                return
+            if lease.run_id in self._runs:
+                self._leases[lease.run_id] = held.model_copy(
+                    update={"expires_at": from_epoch_ms(0)}
+                )
+            else:
+                del self._leases[lease.run_id]
+
+    def _fence(self, lease: RunLease | None, run_id: str) -> None:
+        """A write under a lease renews it, or is refused (the caller holds the lock)."""
+        if lease is not None:
+            self._guard(lease, run_id)
+
+    def _guard(self, lease: RunLease, run_id: str) -> RunLease:
+        if check_lease(lease).run_id != run_id:
+            raise UserError(f"lease is for run {lease.run_id!r}, not {run_id!r}")
+        held = self._leases.get(run_id)
+        if held is None or held.lease_id != lease.lease_id:
+            raise RunOwnershipLost(run_id=run_id, token=lease.token)
+        renewed = held.model_copy(
+            update={"expires_at": from_epoch_ms(round((time.time() + held.ttl) * 1000))}
+        )
+        self._leases[run_id] = renewed
+        return renewed
+
     async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
         async with self._lock:
             return {k: v.model_copy() for k, v in self._effects.get(run_id, {}).items()}
 
-    async def record_intent(self, run_id: str, call_id: str, tool_name: str) -> None:
+    async def record_intent(
+        self, run_id: str, call_id: str, tool_name: str, *, lease: RunLease | None = None
+    ) -> None:
         async with self._lock:
+            self._fence(lease, run_id)
             effects = self._effects.setdefault(run_id, {})
             if call_id not in effects:
                 effects[call_id] = ToolEffect(
@@ -92,6 +165,8 @@ class InMemoryCheckpointer:
         tool_name: str,
         work: Callable[[Any], Any],
         outcome: Callable[[Any], ToolResultEntry],
+        *,
+        lease: RunLease | None = None,
     ) -> Any:
         """There is no database to share: the effect cannot be transactional here."""
         raise UserError(

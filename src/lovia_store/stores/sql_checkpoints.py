@@ -26,6 +26,8 @@ from ..entries import (
     entries_from_json_rows,
     entry_to_json,
 )
+from ..errors import UserError
+from . import sql_leases
 from .checkpoint_models import (
     RunHead,
     RunSnapshot,
@@ -36,6 +38,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
+from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl
 from .segments import check_id
 from .sql_base import SQLStore, StoreTarget
 
@@ -91,6 +94,16 @@ def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
         conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
         conn.execute(delete(tool_effects).where(fx.run_id.in_(run_ids)))
         conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
+        sql_leases.drop_idle(conn, list(run_ids))
+
+
+def _guarded(lease: RunLease | None, run_id: str) -> RunLease | None:
+    """Check a lease passed with a write: it must be this run's."""
+    if lease is None:
+        return None
+    if check_lease(lease).run_id != run_id:
+        raise UserError(f"lease is for run {lease.run_id!r}, not {run_id!r}")
+    return lease
 
 
 class SQLCheckpointer(SQLStore):
@@ -99,13 +112,24 @@ class SQLCheckpointer(SQLStore):
     def __init__(self, target: StoreTarget) -> None:
         super().__init__(target)
 
-    async def append(self, run_id: str, entries: Sequence[TranscriptEntry], head: RunHead) -> None:
+    async def append(
+        self,
+        run_id: str,
+        entries: Sequence[TranscriptEntry],
+        head: RunHead,
+        *,
+        lease: RunLease | None = None,
+    ) -> None:
+        """Store a step; under ``lease`` only while it is held (else ``RunOwnershipLost``)."""
         check_id(run_id, "run_id")
         batch = check_entries(entries)
         check_head(head)
+        lease = _guarded(lease, run_id)
         documents = [entry_to_json(entry) for entry in batch]
 
         def work(conn: Connection) -> None:
+            if lease is not None:
+                sql_leases.guard(conn, lease)
             last = _upsert_head(conn, run_id, head, len(documents))
             if documents:
                 first = last - len(documents) + 1
@@ -167,6 +191,36 @@ class SQLCheckpointer(SQLStore):
             for row in await self.database.read(work)
         ]
 
+    # -- leases (see RunLeases) ----------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, *, ttl: float = DEFAULT_LEASE_TTL) -> RunLease:
+        """Become the run's one executor for ``ttl`` seconds (renewed by every write)."""
+        check_id(run_id, "run_id")
+        seconds = check_ttl(ttl)
+
+        def work(conn: Connection) -> RunLease:
+            return sql_leases.acquire(conn, run_id, seconds)
+
+        return await self.database.write(work)
+
+    async def renew_lease(self, lease: RunLease) -> RunLease:
+        """Push the lease's expiry out by its ttl; ``RunOwnershipLost`` if it was taken over."""
+        check_lease(lease)
+
+        def work(conn: Connection) -> RunLease:
+            return sql_leases.guard(conn, lease)
+
+        return await self.database.write(work)
+
+    async def release_lease(self, lease: RunLease) -> None:
+        """Let the next worker in now; a lease that was already lost is left alone."""
+        check_lease(lease)
+
+        def work(conn: Connection) -> None:
+            sql_leases.release(conn, lease)
+
+        await self.database.write(work)
+
     # -- tool effects (see EffectLog) ------------------------------------------------------
 
     async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
@@ -192,10 +246,15 @@ class SQLCheckpointer(SQLStore):
             )
         return effects
 
-    async def record_intent(self, run_id: str, call_id: str, tool_name: str) -> None:
+    async def record_intent(
+        self, run_id: str, call_id: str, tool_name: str, *, lease: RunLease | None = None
+    ) -> None:
         """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
+        lease = _guarded(lease, run_id)
 
         def work(conn: Connection) -> None:
+            if lease is not None:
+                sql_leases.guard(conn, lease)
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
 
         await self.database.write(work)
@@ -207,10 +266,19 @@ class SQLCheckpointer(SQLStore):
         tool_name: str,
         work: Callable[[Connection], Any],
         outcome: Callable[[Any], ToolResultEntry],
+        *,
+        lease: RunLease | None = None,
     ) -> Any:
-        """Run ``work`` and record the call's outcome in one transaction."""
+        """Run ``work`` and record the call's outcome in one transaction.
+
+        Under ``lease`` the lease is checked first, so a worker that lost the
+        run never commits the effect.
+        """
+        lease = _guarded(lease, run_id)
 
         def transaction(conn: Connection) -> Any:
+            if lease is not None:
+                sql_leases.guard(conn, lease)
             value = work(conn)
             document = outcome(value).model_dump_json()
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))

@@ -1,0 +1,127 @@
+"""One owner per run: leases with a fencing token.
+
+A worker that executes a run first takes the run's lease. Every checkpoint
+write it makes names the lease, and the store refuses the write once the
+lease was taken over, so a worker that stalled past its lease (a GC pause, a
+frozen VM, SIGSTOP) cannot fork the transcript another worker continued.
+Leases expire, so a crashed worker's run can be resumed; a holder on this
+host whose process is gone is recognised at once and need not be waited for.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import UserError
+
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "RunLease",
+    "RunLeases",
+    "check_ttl",
+    "holder_is_gone",
+    "this_holder",
+]
+
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a lease lasts without a write or a renewal."""
+
+_MAX_TTL = 365 * 24 * 3600.0
+
+
+class RunLease(BaseModel):
+    """A worker's hold on one run.
+
+    ``token`` grows with every takeover of the run; ``lease_id`` is unique to
+    this acquisition. A write is accepted only while both still match the
+    stored lease. ``ttl`` (seconds) is how far each write or renewal pushes
+    ``expires_at`` out.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    token: int
+    lease_id: str
+    holder: str
+    ttl: float
+    expires_at: datetime
+
+
+@runtime_checkable
+class RunLeases(Protocol):
+    """A checkpointer that can fence a run's writers (the SQL and in-memory ones can).
+
+    ``acquire_lease`` raises ``RunInProgressError`` while another live
+    holder has the run; ``renew_lease`` and a write made under a lease raise
+    ``RunOwnershipLost`` once it was taken over; ``release_lease`` lets the
+    next worker in at once (releasing a lost lease is a no-op).
+    """
+
+    async def acquire_lease(self, run_id: str, *, ttl: float = DEFAULT_LEASE_TTL) -> RunLease: ...
+
+    async def renew_lease(self, lease: RunLease) -> RunLease: ...
+
+    async def release_lease(self, lease: RunLease) -> None: ...
+
+
+def check_ttl(ttl: Any) -> float:
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or not 0 < ttl <= _MAX_TTL
+    ):
+        raise UserError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+    return float(ttl)
+
+
+def check_lease(lease: Any) -> RunLease:
+    if not isinstance(lease, RunLease):
+        raise UserError(f"lease must be a RunLease, not {type(lease).__name__}")
+    return lease
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@cache
+def _this_host() -> str:
+    """Host name plus PID namespace: PIDs are comparable only within one namespace."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = "?"
+    return f"{socket.gethostname()} {namespace}"
+
+
+def this_holder() -> str:
+    """Who holds a lease taken here, readable by an operator: ``pid 42 on host ns``."""
+    return f"pid {os.getpid()} on {_this_host()}"
+
+
+def holder_is_gone(holder: str) -> bool:
+    """True only when ``holder`` is a process on this host that no longer exists.
+
+    A reused PID looks alive, which errs on the safe side: the lease is then
+    simply waited out. Other hosts' holders are never judged.
+    """
+    pid_part, on, host = holder.partition(" on ")
+    if not on or host != _this_host() or host.endswith(" ?") or not pid_part.startswith("pid "):
+        return False
+    try:
+        pid = int(pid_part.removeprefix("pid "))
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, OSError):
+        return False
+    return False

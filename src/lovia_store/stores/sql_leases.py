@@ -1,0 +1,121 @@
+"""Run leases in SQL: work functions that run inside the checkpointer's transactions.
+
+Expiry is judged by the database's clock. A write under a lease is fenced by
+one guarded UPDATE in the write's own transaction: it takes the lease row's
+lock and renews the lease, so a takeover either happened before (the UPDATE
+matches nothing and the write is refused) or waits until the write commits
+and then finds a freshly renewed lease.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+from sqlalchemy import Connection, and_, bindparam, delete, exists, select, update
+
+from ..db.dialect import db_clock_ms, insert_ignore
+from ..db.tables import run_heads, run_leases
+from ..errors import RunInProgressError, RunOwnershipLost
+from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
+
+__all__ = ["acquire", "drop_idle", "guard", "release"]
+
+le = run_leases.c
+_NOW = select(db_clock_ms())
+_CURRENT = (
+    select(le.token, le.holder, le.expires_ms)
+    .where(le.run_id == bindparam("run_id"))
+    .with_for_update()
+)
+# UPDATE reserves bind names equal to column names: these are prefixed.
+_HELD = and_(
+    le.run_id == bindparam("held_run"),
+    le.token == bindparam("held_token"),
+    le.lease_id == bindparam("held_id"),
+)
+_RENEW = (
+    update(run_leases)
+    .where(_HELD)
+    .values(expires_ms=db_clock_ms() + bindparam("ttl_ms"))
+    .returning(le.expires_ms)
+)
+_RENEW_NO_RETURNING = (
+    update(run_leases).where(_HELD).values(expires_ms=db_clock_ms() + bindparam("ttl_ms"))
+)
+_EXPIRES = select(le.expires_ms).where(le.run_id == bindparam("run_id"))
+_RELEASE = update(run_leases).where(_HELD).values(expires_ms=0)
+_FORGET = delete(run_leases).where(_HELD, ~exists().where(run_heads.c.run_id == le.run_id))
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
+    """Take the run's lease, unless a live holder (on any host) has it."""
+    now = int(conn.execute(_NOW).scalar_one())
+    holder, lease_id, expires = this_holder(), uuid4().hex, now + _ms(ttl)
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "token": 1,
+        "lease_id": lease_id,
+        "holder": holder,
+        "expires_ms": expires,
+    }
+    current = conn.execute(_CURRENT, {"run_id": run_id}).first()
+    if current is None and insert_ignore(conn, run_leases, values):
+        return _lease(values, ttl)
+    if current is None:  # a racer inserted it first; its row is committed and locked now
+        current = conn.execute(_CURRENT, {"run_id": run_id}).one()
+    if current.expires_ms > now and not holder_is_gone(current.holder):
+        raise RunInProgressError(
+            run_id=run_id, holder=current.holder, expires_at=from_epoch_ms(current.expires_ms)
+        )
+    values["token"] = current.token + 1
+    conn.execute(update(run_leases).where(le.run_id == run_id).values(values))
+    return _lease(values, ttl)
+
+
+def guard(conn: Connection, lease: RunLease) -> RunLease:
+    """Renew ``lease`` inside the caller's transaction, or refuse the whole write."""
+    params = _params(lease) | {"ttl_ms": _ms(lease.ttl)}
+    if conn.dialect.name == "postgresql" or conn.dialect.name == "sqlite":
+        expires = conn.execute(_RENEW, params).scalar()
+    elif conn.execute(_RENEW_NO_RETURNING, params).rowcount == 1:
+        expires = conn.execute(_EXPIRES, {"run_id": lease.run_id}).scalar()
+    else:
+        expires = None
+    if expires is None:
+        raise RunOwnershipLost(run_id=lease.run_id, token=lease.token)
+    return lease.model_copy(update={"expires_at": from_epoch_ms(int(expires))})
+
+
+def release(conn: Connection, lease: RunLease) -> None:
+    """Expire the lease now.
+
+    The row and its token stay while the run is stored, so tokens never
+    repeat for it; a run whose checkpoint is gone leaves no lease behind.
+    """
+    if not conn.execute(_FORGET, _params(lease)).rowcount:
+        conn.execute(_RELEASE, _params(lease))
+
+
+def drop_idle(conn: Connection, run_ids: list[str]) -> None:
+    """Forget these runs' leases unless one is live: a deleted run needs no history."""
+    conn.execute(delete(run_leases).where(le.run_id.in_(run_ids), le.expires_ms <= db_clock_ms()))
+
+
+def _params(lease: RunLease) -> dict[str, Any]:
+    return {"held_run": lease.run_id, "held_token": lease.token, "held_id": lease.lease_id}
+
+
+def _lease(values: dict[str, Any], ttl: float) -> RunLease:
+    return RunLease(
+        run_id=values["run_id"],
+        token=values["token"],
+        lease_id=values["lease_id"],
+        holder=values["holder"],
+        ttl=ttl,
+        expires_at=from_epoch_ms(values["expires_ms"]),
+    )
