@@ -24,6 +24,7 @@ from lovia_store import (
     CheckpointOptions,
     Database,
     InMemoryCheckpointer,
+    InMemorySession,
     RunHead,
     RunInProgressError,
     RunLease,
@@ -227,9 +228,7 @@ async def test_a_run_in_progress_is_not_started_twice(cp: AnyCheckpointer) -> No
 async def test_a_worker_that_lost_its_run_stops_without_writing(cp: AnyCheckpointer) -> None:
     gate, started = asyncio.Event(), asyncio.Event()
     options = CheckpointOptions(cp, "r", lease_ttl=0.3)
-    first = asyncio.create_task(
-        Runner.run(waiting_agent(gate, started), "go", checkpoint=options)
-    )
+    first = asyncio.create_task(Runner.run(waiting_agent(gate, started), "go", checkpoint=options))
     await started.wait()
     before = await cp.load("r")
     # Take the run away as a worker on another host would after a stall.
@@ -269,3 +268,16 @@ async def test_leases_can_be_turned_off(cp: AnyCheckpointer) -> None:
 def test_a_bad_lease_ttl_option_is_refused(ttl: Any) -> None:
     with pytest.raises(UserError, match="ttl"):
         CheckpointOptions(InMemoryCheckpointer(), "r", lease_ttl=ttl)
+
+
+async def test_a_run_in_progress_cannot_be_abandoned(cp: AnyCheckpointer) -> None:
+    session = InMemorySession()
+    lease = await cp.acquire_lease("r", ttl=30)
+    await cp.append("r", [user("go")], HEAD, lease=lease)
+    with pytest.raises(RunInProgressError):
+        await Runner.abandon(cp, "r", session=session, session_id="s")
+    assert await session.load("s") == [] and await cp.load("r") is not None
+    await cp.release_lease(lease)
+    assert await Runner.abandon(cp, "r", session=session, session_id="s") == [user("go")]
+    assert await cp.load("r") is None
+    assert (await cp.acquire_lease("r")).token == 1  # nothing of the run is left
