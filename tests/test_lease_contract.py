@@ -9,6 +9,7 @@ worker processes.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -281,3 +282,33 @@ async def test_a_run_in_progress_cannot_be_abandoned(cp: AnyCheckpointer) -> Non
     assert await Runner.abandon(cp, "r", session=session, session_id="s") == [user("go")]
     assert await cp.load("r") is None
     assert (await cp.acquire_lease("r")).token == 1  # nothing of the run is left
+
+
+async def test_a_blocking_tool_keeps_the_lease(cp: AnyCheckpointer) -> None:
+    """A sync tool runs in a thread, so the renewal goes on while it blocks."""
+    started = threading.Event()
+
+    @function_tool
+    def block() -> str:
+        """Block the calling thread for three ttls."""
+        started.set()
+        time.sleep(0.9)
+        return "done blocking"
+
+    agent = Agent("a", ScriptedModel([[call("c1", "block")], [say("done")]]), tools=[block])
+    options = CheckpointOptions(cp, "r", lease_ttl=0.3)
+    run = asyncio.create_task(Runner.run(agent, "go", checkpoint=options))
+    assert await asyncio.to_thread(started.wait, 10)
+    await asyncio.sleep(0.6)  # twice the ttl into the tool call
+    with pytest.raises(RunInProgressError):
+        await cp.acquire_lease("r")
+    assert (await run).final_output == "done"
+
+
+async def test_a_stale_worker_cannot_delete_the_run(cp: AnyCheckpointer) -> None:
+    stalled = await cp.acquire_lease("r", ttl=0.2)
+    await cp.append("r", [user("go")], HEAD, lease=stalled)
+    await _steal(cp, "r")
+    with pytest.raises(RunOwnershipLost):
+        await cp.delete("r", lease=stalled)
+    assert await cp.load("r") is not None

@@ -93,14 +93,14 @@ class Runner:
         recorded, or None when no such run is stored.
         """
         check_id(session_id, "session_id")
-        async with _Held(checkpointer, run_id, DEFAULT_LEASE_TTL):
+        async with _Held(checkpointer, run_id, DEFAULT_LEASE_TTL) as held:
             snapshot = await checkpointer.load(run_id)
             if snapshot is None:
                 return None
             entries = drop_dangling_tool_calls(snapshot.entries)
             meta = {"timing": _timing(snapshot.started_at, time.time()), "abandoned": True}
             await session.append(session_id, entries, run_id=run_id, meta=meta)
-            await checkpointer.delete(run_id)
+            await checkpointer.delete(run_id, **held.fence)
             return entries
 
 
@@ -257,7 +257,7 @@ class _Run:
         if options.resume_from is not None:
             if self.checkpointer is not None:
                 # The checkpointer must hold the whole run before new steps join it.
-                await self.checkpointer.delete(self.run_id)
+                await self.checkpointer.delete(self.run_id, **self.held.fence)
                 snapshot = options.resume_from
                 await self.checkpointer.append(
                     self.run_id, snapshot.entries, snapshot.head, **self.held.fence
@@ -267,7 +267,7 @@ class _Run:
         existing = await self.checkpointer.load(self.run_id)
         policy = options.if_run_exists
         if policy == "restart" and existing is not None:
-            await self.checkpointer.delete(self.run_id)
+            await self.checkpointer.delete(self.run_id, **self.held.fence)
             return None
         if policy == "fail" and existing is not None:
             raise UserError(f"run {self.run_id!r} already exists (if_run_exists='fail')")
@@ -452,7 +452,7 @@ class _Run:
             meta: dict[str, Any] = {"timing": _timing(head.started_at, finished)}
             await self.session.append(self.session_id, entries, run_id=self.run_id, meta=meta)
         if self.options is not None and self.options.delete_on_success and self.checkpointer:
-            await self.checkpointer.delete(self.run_id)
+            await self.checkpointer.delete(self.run_id, **self.held.fence)
 
     def _result(self, *, replayed: bool) -> RunResult:
         return RunResult(

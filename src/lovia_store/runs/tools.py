@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -110,7 +111,12 @@ class Tool:
         kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
         args = (context,) if self.takes_context else ()
         try:
-            value = self.function(*args, **kwargs)
+            if inspect.iscoroutinefunction(self.function):
+                value = await self.function(*args, **kwargs)
+            else:
+                # A blocking tool must not stall the loop: the run's lease is
+                # renewed there while the tool works.
+                value = await asyncio.to_thread(self.function, *args, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # a tool's failure is the model's to see, not the run's

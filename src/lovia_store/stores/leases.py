@@ -62,7 +62,9 @@ class RunLeases(Protocol):
     ``acquire_lease`` raises ``RunInProgressError`` while another live
     holder has the run; ``renew_lease`` and a write made under a lease raise
     ``RunOwnershipLost`` once it was taken over; ``release_lease`` lets the
-    next worker in at once (releasing a lost lease is a no-op).
+    next worker in at once (releasing a lost lease is a no-op). Its
+    ``append``, ``delete``, ``record_intent`` and ``run_effect`` take
+    ``lease=`` and are refused with ``RunOwnershipLost`` under a lost lease.
     """
 
     async def acquire_lease(self, run_id: str, *, ttl: float = DEFAULT_LEASE_TTL) -> RunLease: ...

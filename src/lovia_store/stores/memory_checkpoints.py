@@ -65,9 +65,10 @@ class InMemoryCheckpointer:
         entries, head_json, _ = found
         return RunSnapshot.from_parts(run_id, entries, RunHead.model_validate_json(head_json))
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
         check_id(run_id, "run_id")
         async with self._lock:
+            self._fence(lease, run_id)
             self._runs.pop(run_id, None)
             self._effects.pop(run_id, None)
             held = self._leases.get(run_id)

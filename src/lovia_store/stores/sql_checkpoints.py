@@ -159,10 +159,13 @@ class SQLCheckpointer(SQLStore):
         head = RunHead.model_validate_json(head_json)
         return RunSnapshot.from_parts(run_id, entries_from_json_rows(documents), head)
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
         check_id(run_id, "run_id")
+        lease = _guarded(lease, run_id)
 
         def work(conn: Connection) -> None:
+            if lease is not None:
+                sql_leases.guard(conn, lease)
             delete_runs(conn, [run_id])
 
         await self.database.write(work)
