@@ -6,6 +6,13 @@ Alembic owns every table; its version table is ``lovia_alembic_version``.
 our revisions records the versions it brings. A row beyond what this code
 knows means a newer version wrote the database, and it is refused before
 anything is written to it.
+
+``Database(schema=...)`` places all of it in a PostgreSQL schema: the
+connection's ``schema_translate_map`` renders every one of our (schema-less)
+tables there, the gate reads that schema, and a migration creates the schema
+if needed and sets ``search_path`` to it for its transaction, so a revision's
+unqualified DDL and introspection (Alembic renders ``ALTER TABLE`` without the
+map) land there too.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ __all__ = [
     "ensure_current",
     "head_revision",
     "migrate",
+    "placed_schema",
     "read_state",
     "run_command_line",
 ]
@@ -74,12 +82,35 @@ def _known_revisions() -> frozenset[str]:
     return frozenset(script.revision for script in _scripts().walk_revisions())
 
 
+def placed_schema(conn: Connection) -> str | None:
+    """The schema our tables live in on this connection (``Database(schema=...)``)."""
+    translate = conn.get_execution_options().get("schema_translate_map") or {}
+    schema: str | None = translate.get(None)
+    return schema
+
+
+def _enter_schema(conn: Connection) -> None:
+    """Create our schema if missing and make it the migration's ``search_path``.
+
+    Creating only when missing lets a DBA create the schema beforehand for a
+    role that may not create schemas. ``SET LOCAL`` ends with the transaction.
+    """
+    schema = placed_schema(conn)
+    if schema is None:
+        return
+    quoted = conn.dialect.identifier_preparer.quote_schema(schema)
+    if not inspect(conn).has_schema(schema):
+        conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+    conn.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
+
+
 def configure_context(context: Any, connection: Connection) -> None:
     """The one place Alembic's context is configured, for both ways in."""
     context.configure(
         connection=connection,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=placed_schema(connection),
         render_as_batch=True,
         compare_type=True,
         # A host's tables share the database: ours are the only ones we manage.
@@ -94,11 +125,12 @@ class SchemaState:
 
 
 def read_state(conn: Connection) -> SchemaState:
-    names = set(inspect(conn).get_table_names())
+    schema = placed_schema(conn)
+    names = set(inspect(conn).get_table_names(schema=schema))
     revision = None
     if VERSION_TABLE in names:
-        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        revision = ctx.get_current_revision()
+        opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
+        revision = MigrationContext.configure(conn, opts=opts).get_current_revision()
     versions: dict[str, int] = {}
     if schema_versions.name in names:
         rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
@@ -154,6 +186,7 @@ async def migrate(db: Database, target: str = "head") -> None:
     def work(conn: Connection) -> None:
         _lock(conn)
         try:
+            _enter_schema(conn)
             refuse_newer(read_state(conn), db.url)
             if read_state(conn).revision != head_revision() or target != "head":
                 _upgrade(conn, target)
@@ -179,15 +212,16 @@ async def ensure_current(db: Database, *, verify_only: bool) -> None:
     await migrate(db)
 
 
-async def run_command_line(context: Any, url: str) -> None:
+async def run_command_line(context: Any, url: str, schema: str | None = None) -> None:
     """The ``alembic`` command line's path: same lock and same refusal as first use."""
     from .database import Database
 
-    db = Database(url)
+    db = Database(url, schema=schema)
 
     def work(conn: Connection) -> None:
         _lock(conn)
         try:
+            _enter_schema(conn)
             refuse_newer(read_state(conn), db.url)
             configure_context(context, conn)
             with context.begin_transaction():
