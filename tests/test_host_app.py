@@ -21,7 +21,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -338,13 +337,12 @@ async def test_the_hosts_downgrades_leave_ours_alone(url: str, host: Path) -> No
 
 
 def join(host: Path) -> None:
-    """The host's ini with our packaged versions directory beside its own."""
+    """The host's ini with our packaged versions directory beside its own, as
+    docs/embedding.md says (a package location needs a separator other than ``:``)."""
     ini = host / "alembic.ini"
-    ours = files("lovia_store") / "migrations" / "versions"
-    locations = os.pathsep.join([str(host / "migrations" / "versions"), str(ours)])
-    ini.write_text(
-        ini.read_text().replace("[alembic]\n", f"[alembic]\nversion_locations = {locations}\n")
-    )
+    locations = "%(here)s/migrations/versions lovia_store:migrations/versions"
+    text = ini.read_text().replace("path_separator = os\n", "path_separator = space\n")
+    ini.write_text(text.replace("[alembic]\n", f"[alembic]\nversion_locations = {locations}\n"))
 
 
 def refused(args: list[str], cwd: Path) -> str:
