@@ -17,22 +17,29 @@ from typing import Any, TypeVar
 
 import pytest
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from helpers import a_run, say, user
 from lovia_store import (
+    Agent,
+    CheckpointOptions,
     Database,
     RunHead,
+    Runner,
     SchemaNotCurrentError,
     SchemaVersionError,
+    ScriptedModel,
     SQLCheckpointer,
     SQLiteSession,
     SQLSession,
     SQLSessionStorage,
+    ToolCallEntry,
+    ToolContext,
     UserError,
     check,
+    function_tool,
     upgrade,
 )
 from lovia_store.cli import main as cli
@@ -313,6 +320,53 @@ async def test_our_revisions_downgrade_one_step_at_a_time_in_a_schema(pg_url: st
     assert await on_connection(pg_url, _shape("public")) == public
     async with SQLSession(pg_url) as session:
         assert len(await session.load("public-1")) == 4
+
+
+@postgres
+async def test_a_tools_transaction_reaches_host_tables_that_name_their_schema(
+    pg_url: str,
+) -> None:
+    """``ctx.transaction`` runs on our connection, translate map included: a host table
+    declared with its schema is found; one declared without is looked up in ours."""
+
+    def host_table(conn: Connection) -> None:
+        conn.execute(text("CREATE TABLE public.payments (call_id varchar(255) primary key)"))
+
+    await on_connection(pg_url, host_table)
+    named = Table("payments", MetaData(), Column("call_id", String(255)), schema="public")
+    bare = Table("payments", MetaData(), Column("call_id", String(255)))
+
+    def pay_with(table: Table, name: str) -> Any:
+        @function_tool(name=name)
+        async def pay(ctx: ToolContext) -> str:
+            def work(conn: Connection) -> str:
+                conn.execute(table.insert().values(call_id=ctx.call_id))
+                return "paid"
+
+            return str(await ctx.transaction(work))
+
+        return pay
+
+    async with Database(pg_url, schema="agents") as db:
+        tools = [pay_with(named, "pay_named"), pay_with(bare, "pay_bare")]
+        calls = [
+            ToolCallEntry(call_id="c-named", name="pay_named", arguments="{}"),
+            ToolCallEntry(call_id="c-bare", name="pay_bare", arguments="{}"),
+        ]
+        model = ScriptedModel([calls, [say("done")]])
+        result = await Runner.run(
+            Agent("a", model, tools=tools),
+            "go",
+            checkpoint=CheckpointOptions(SQLCheckpointer(db), "pay-run"),
+        )
+    outputs = {e.call_id: e for e in result.entries if e.type == "tool_result"}
+    assert outputs["c-named"].output == "paid" and not outputs["c-named"].is_error
+    assert outputs["c-bare"].is_error and "agents.payments" in outputs["c-bare"].output
+
+    def paid(conn: Connection) -> list[str]:
+        return list(conn.execute(text("SELECT call_id FROM public.payments")).scalars())
+
+    assert await on_connection(pg_url, paid) == ["c-named"]
 
 
 # -- elsewhere ----------------------------------------------------------------------------
