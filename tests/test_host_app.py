@@ -39,7 +39,14 @@ from conftest import (
     drop_pg_database,
 )
 from helpers import a_run
-from lovia_store import Database, JoinedLineageError, SQLSession, check, upgrade
+from lovia_store import (
+    Database,
+    JoinedLineageError,
+    SchemaVersionError,
+    SQLSession,
+    check,
+    upgrade,
+)
 from lovia_store.db.schema import alembic_config, migrate
 from lovia_store.db.tables import VERSION_TABLE, metadata
 
@@ -386,6 +393,21 @@ async def test_a_joined_lineage_is_migrated_by_the_host_and_used_as_it_is(
     )
     assert "JoinedLineageError" in out and "joined lineage" in out
     assert (await state(url)).lovia_revision is None
+
+    # A store version beyond ours is still a newer lovia-store's database.
+    def newer(version: int) -> Callable[[Connection], None]:
+        def work(conn: Connection) -> None:
+            conn.execute(
+                text("UPDATE lovia_schema SET version = :v WHERE store = 'session'"), {"v": version}
+            )
+
+        return work
+
+    await on_connection(url, newer(99), write=True)
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
+        await check(url)
+    await on_connection(url, newer(before.store_versions["session"]), write=True)
+    await check(url)
 
     # A host revision id that collides with one of ours is refused, never guessed at.
     def collide(conn: Connection) -> None:
