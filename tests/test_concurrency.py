@@ -611,25 +611,53 @@ async def test_a_busy_commit_without_wal_fails_retry_safe_and_leaves_no_transact
             reader.close()
 
 
-# -- one pool shared by the three stores (PostgreSQL) ------------------------------------------
+# -- one pool shared by the three stores (PostgreSQL, MariaDB) --------------------------------
 
 POOL_SIZE = 3
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mysql),
+    ]
+)
+async def server_db(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A fresh database on each server backend, for the sharing tests."""
+    create, drop = (
+        (create_pg_database, drop_pg_database)
+        if request.param == "postgres"
+        else (create_mysql_database, drop_mysql_database)
+    )
+    url = await create()
+    try:
+        yield url
+    finally:
+        await drop(url)
+
+
 class ServerConnections:
-    """Samples, from a separate admin connection, how many backends serve one database."""
+    """Samples, from a separate admin connection, how many backends serve one database:
+    ``pg_stat_activity`` on PostgreSQL, ``information_schema.PROCESSLIST`` on MariaDB."""
 
     def __init__(self, url: str) -> None:
         self.database = make_url(url).database
+        self.postgres = make_url(url).get_backend_name() == "postgresql"
         self.peak = 0
-        self._admin: asyncpg.Connection | None = None
+        self._admin: Any = None
         self._sampler: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
     async def count(self) -> int:
         assert self._admin is not None
-        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
-        return int(await self._admin.fetchval(query, self.database))
+        if self.postgres:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+            return int(await self._admin.fetchval(query, self.database))
+        async with self._admin.cursor() as cursor:
+            query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = %s"
+            await cursor.execute(query, (self.database,))
+            (found,) = await cursor.fetchone()
+        return int(found)
 
     async def count_settled(self, expected: int, polls: int = 40) -> int:
         """The count once it reaches ``expected`` (backends exit asynchronously), or the last."""
@@ -647,15 +675,27 @@ class ServerConnections:
             await asyncio.sleep(0.005)
 
     async def __aenter__(self) -> ServerConnections:
-        # The database the test URL names, not the fresh one being counted.
-        url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
-        self._admin = await asyncpg.connect(
-            host=url.host,
-            port=url.port or 5432,
-            user=url.username,
-            password=url.password,
-            database=url.database,
-        )
+        # The database the test URL names (or none), not the fresh one being counted.
+        if self.postgres:
+            url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+            self._admin = await asyncpg.connect(
+                host=url.host,
+                port=url.port or 5432,
+                user=url.username,
+                password=url.password,
+                database=url.database,
+            )
+        else:
+            import asyncmy
+
+            url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+            self._admin = await asyncmy.connect(
+                host=url.host or "127.0.0.1",
+                port=url.port or 3306,
+                user=url.username or "root",
+                password=url.password or "",
+                autocommit=True,
+            )
         self._sampler = asyncio.create_task(self._sample())
         return self
 
@@ -668,7 +708,10 @@ class ServerConnections:
     async def __aexit__(self, *_exc: object) -> None:
         await self.stop_sampling()
         assert self._admin is not None
-        await self._admin.close()
+        if self.postgres:
+            await self._admin.close()
+        else:
+            self._admin.close()
 
 
 TASKS, OPS = 8, 10
@@ -703,13 +746,12 @@ async def use_three_stores(
     assert await storage.count_messages("raw") == TASKS * OPS
 
 
-@pytest.mark.postgres
-async def test_one_database_serves_three_stores_from_one_pool(pg_url: str) -> None:
+async def test_one_database_serves_three_stores_from_one_pool(server_db: str) -> None:
     """Stores built on one Database share its pool: under load the server never sees more
     than pool_size connections, and closing the Database leaves none open."""
-    await lovia_store.upgrade(pg_url)
-    db = Database(pg_url, pool_size=POOL_SIZE, max_overflow=0)
-    async with ServerConnections(pg_url) as server:
+    await lovia_store.upgrade(server_db)
+    db = Database(server_db, pool_size=POOL_SIZE, max_overflow=0)
+    async with ServerConnections(server_db) as server:
         try:
             stores = SQLSession(db), SQLCheckpointer(db), SQLSessionStorage(db)
             assert all(store.database is db for store in stores)
@@ -728,13 +770,12 @@ async def test_one_database_serves_three_stores_from_one_pool(pg_url: str) -> No
         assert await server.count_settled(0) == 0
 
 
-@pytest.mark.postgres
-async def test_a_callers_engine_shared_by_three_stores_outlives_them(pg_url: str) -> None:
+async def test_a_callers_engine_shared_by_three_stores_outlives_them(server_db: str) -> None:
     """Three stores on one caller-owned AsyncEngine use its single pool; closing the stores
     leaves the engine (and its data) usable; disposing it is the caller's business."""
-    await lovia_store.upgrade(pg_url)
-    engine = create_async_engine(pg_url, pool_size=POOL_SIZE, max_overflow=0)
-    async with ServerConnections(pg_url) as server:
+    await lovia_store.upgrade(server_db)
+    engine = create_async_engine(server_db, pool_size=POOL_SIZE, max_overflow=0)
+    async with ServerConnections(server_db) as server:
         try:
             stores = SQLSession(engine), SQLCheckpointer(engine), SQLSessionStorage(engine)
             await use_three_stores(*stores)
@@ -756,18 +797,17 @@ async def test_a_callers_engine_shared_by_three_stores_outlives_them(pg_url: str
         assert await server.count_settled(0) == 0
 
 
-@pytest.mark.postgres
 async def test_closing_a_database_with_reads_in_flight_leaves_no_connection(
-    pg_url: str,
+    server_db: str,
 ) -> None:
     """close() while the stores' reads still run: each read ends (with its result or a
     LoviaStoreError), and afterwards the server sees no connection of that Database.
     The collector is paused: close() must release the connections, not the GC."""
-    await lovia_store.upgrade(pg_url)
-    db = Database(pg_url, pool_size=POOL_SIZE, max_overflow=0)
+    await lovia_store.upgrade(server_db)
+    db = Database(server_db, pool_size=POOL_SIZE, max_overflow=0)
     session, storage = SQLSession(db), SQLSessionStorage(db)
     await session.append("s", a_run("1"), run_id="1")
-    async with ServerConnections(pg_url) as server:
+    async with ServerConnections(server_db) as server:
         await server.stop_sampling()
         collecting = gc.isenabled()
         gc.disable()

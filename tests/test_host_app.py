@@ -5,6 +5,11 @@ and our ``lovia_alembic_version``. The host's autogenerate never proposes
 touching a ``lovia_*`` table; our revisions downgrade one step at a time
 without touching the host's tables or version row, and the host's downgrades
 leave ours alone.
+
+The joined lineage (our versions directory in the host's ``version_locations``,
+our revisions recorded in the host's ``alembic_version``) works too: the host's
+Alembic migrates it, lovia-store uses it when current and refuses it, typed and
+without writing, when not.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,7 +39,14 @@ from conftest import (
     drop_pg_database,
 )
 from helpers import a_run
-from lovia_store import Database, SchemaVersionError, SQLSession, check, upgrade
+from lovia_store import (
+    Database,
+    JoinedLineageError,
+    SchemaVersionError,
+    SQLSession,
+    check,
+    upgrade,
+)
 from lovia_store.db.schema import alembic_config, migrate
 from lovia_store.db.tables import VERSION_TABLE, metadata
 
@@ -145,7 +156,9 @@ def _shape(conn: Connection, names: set[str]) -> Shape:
 def _state(conn: Connection) -> State:
     names = set(inspect(conn).get_table_names())
     # The version tables sit side by side; each is read with its own name.
-    host_revision = MigrationContext.configure(conn).get_current_revision()
+    # In a joined lineage the host's table holds our head too: the host's is the other.
+    host_heads = set(MigrationContext.configure(conn).get_current_heads()) - set(lovia_revisions())
+    host_revision = host_heads.pop() if host_heads else None
     lovia_revision = MigrationContext.configure(
         conn, opts={"version_table": VERSION_TABLE}
     ).get_current_revision()
@@ -327,24 +340,120 @@ async def test_the_hosts_downgrades_leave_ours_alone(url: str, host: Path) -> No
     assert await on_connection(url, _lovia_drift) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SchemaVersionError,
-    reason=(
-        "GAP: the joined-lineage mode (our versions directory in the host's "
-        "version_locations, one `alembic upgrade heads`) records 0003 in the host's "
-        "alembic_version; the schema gate reads only lovia_alembic_version, takes the "
-        "lovia_schema rows for a lovia 0.9 file and refuses the database. It needs a "
-        "branch label on 0001 and a gate that can read the host's version table."
-    ),
-)
-async def test_a_joined_lineage_is_not_supported_yet(tmp_path: Path, host: Path) -> None:
+# -- the joined lineage: our versions directory in the host's version_locations -----------
+
+
+def join(host: Path) -> None:
+    """The host's ini with our packaged versions directory beside its own, as
+    docs/embedding.md says (a package location needs a separator other than ``:``)."""
     ini = host / "alembic.ini"
-    ours = files("lovia_store") / "migrations" / "versions"
-    locations = os.pathsep.join([str(host / "migrations" / "versions"), str(ours)])
-    ini.write_text(
-        ini.read_text().replace("[alembic]\n", f"[alembic]\nversion_locations = {locations}\n")
-    )
-    url = f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}"
+    locations = "%(here)s/migrations/versions lovia_store:migrations/versions"
+    text = ini.read_text().replace("path_separator = os\n", "path_separator = space\n")
+    ini.write_text(text.replace("[alembic]\n", f"[alembic]\nversion_locations = {locations}\n"))
+
+
+def refused(args: list[str], cwd: Path) -> str:
+    """Run a command that must fail; its output."""
+    env = {k: v for k, v in os.environ.items() if k != "LOVIA_STORE_URL"}
+    completed = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode != 0, f"{args} succeeded:\n{completed.stdout}"
+    return completed.stdout + completed.stderr
+
+
+def _host_heads(conn: Connection) -> set[str]:
+    return set(MigrationContext.configure(conn).get_current_heads())
+
+
+async def test_a_joined_lineage_is_migrated_by_the_host_and_used_as_it_is(
+    url: str, host: Path
+) -> None:
+    join(host)
+    host_alembic(host, url, "upgrade", "lovia_store@head")  # ours alone, by branch label
     host_alembic(host, url, "upgrade", "heads")
+    assert await on_connection(url, _host_heads) == {HOST_HEAD, LOVIA_HEAD}
+    before = await state(url)
+    assert before.lovia_revision is None  # no lovia_alembic_version: the host's table holds ours
+    assert set(before.lovia.tables) == LOVIA_TABLES
+    assert "No new upgrade operations detected" in host_alembic(host, url, "check").stdout
+
+    # Current, so every way in works as it is, and none of them migrates.
     await check(url)
+    await upgrade(url)
+    async with Database(url, verify_only=True) as db:
+        await SQLSession(db).append("ticket-1", a_run("one"), run_id="run-1")
+    async with SQLSession(url) as session:
+        assert len(await session.load("ticket-1")) == 4
+    after = await state(url)
+    assert (after.lovia_revision, after.lovia, after.host) == (None, before.lovia, before.host)
+    assert await on_connection(url, _host_heads) == {HOST_HEAD, LOVIA_HEAD}
+
+    # Our own ini cannot run a lineage whose version table it does not hold.
+    out = refused(
+        [str(BIN / "alembic"), "-c", "lovia_alembic.ini", "-x", f"url={url}", "current"], host
+    )
+    assert "JoinedLineageError" in out and "joined lineage" in out
+    assert (await state(url)).lovia_revision is None
+
+    # A store version beyond ours is still a newer lovia-store's database.
+    def newer(version: int) -> Callable[[Connection], None]:
+        def work(conn: Connection) -> None:
+            conn.execute(
+                text("UPDATE lovia_schema SET version = :v WHERE store = 'session'"), {"v": version}
+            )
+
+        return work
+
+    await on_connection(url, newer(99), write=True)
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
+        await check(url)
+    await on_connection(url, newer(before.store_versions["session"]), write=True)
+    await check(url)
+
+    # A host revision id that collides with one of ours is refused, never guessed at.
+    def collide(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('0001')"))
+
+    await on_connection(url, collide, write=True)
+    with pytest.raises(JoinedLineageError, match=f"0001\\+{LOVIA_HEAD}.*collides"):
+        await check(url)
+
+
+async def test_a_joined_lineage_downgrades_one_step_at_a_time_and_we_never_migrate_it(
+    url: str, host: Path
+) -> None:
+    join(host)
+    host_alembic(host, url, "upgrade", "heads")
+    await on_connection(url, _add_host_rows, write=True)
+    async with SQLSession(url) as session:
+        await session.append("ticket-1", a_run("one"), run_id="run-1")
+
+    revisions = lovia_revisions()
+    seen = {LOVIA_HEAD: await state(url)}
+    for expected in reversed(revisions[:-1]):
+        host_alembic(host, url, "downgrade", "lovia_store@-1")
+        assert await on_connection(url, _host_heads) == {HOST_HEAD, expected}
+        seen[expected] = now = await state(url)
+        assert now.message_count == 4
+        assert (now.host, now.host_rows) == (seen[LOVIA_HEAD].host, seen[LOVIA_HEAD].host_rows)
+        # Behind the head: a typed refusal, and nothing written (no version table of ours).
+        with pytest.raises(JoinedLineageError, match="alembic upgrade heads") as refusal:
+            async with SQLSession(url) as session:
+                await session.load("ticket-1")
+        assert (refusal.value.found, refusal.value.expected) == (expected, LOVIA_HEAD)
+        with pytest.raises(JoinedLineageError):
+            await upgrade(url)
+        with pytest.raises(JoinedLineageError):
+            await check(url)
+        assert await state(url) == now
+
+    for revision in revisions[1:]:
+        host_alembic(host, url, "upgrade", "lovia_store@+1")
+        now = await state(url)
+        assert (now.lovia, now.store_versions) == (
+            seen[revision].lovia,
+            seen[revision].store_versions,
+        )
+    await check(url)
+    async with SQLSession(url) as session:
+        assert len(await session.load("ticket-1")) == 4
+    assert await on_connection(url, _lovia_drift) == []

@@ -19,6 +19,7 @@ from .entries import (
 )
 from .errors import (
     ConflictError,
+    JoinedLineageError,
     LoviaStoreError,
     MissingDriverError,
     RunInProgressError,
@@ -80,6 +81,7 @@ __all__ = [
     "InMemoryCheckpointer",
     "InMemorySession",
     "InputEntry",
+    "JoinedLineageError",
     "LoviaStoreError",
     "MaxTurnsExceeded",
     "MessageTiming",

@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument("url", nargs="?", help="database URL or SQLite path")
+        _schema_option(command)
     demo = commands.add_parser(
         "demo", help="watch a run crash mid-way and resume from its checkpoint (the main job)"
     )
@@ -61,7 +62,17 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print one session's transcript, run by run")
     show.add_argument("session_id")
     show.add_argument("url", nargs="?", help="database URL or SQLite path")
+    _schema_option(show)
     return parser
+
+
+def _schema_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--schema",
+        default=os.environ.get("LOVIA_STORE_SCHEMA") or None,
+        help="PostgreSQL schema that holds lovia-store's tables (default: $LOVIA_STORE_SCHEMA, "
+        "else the connection's default schema)",
+    )
 
 
 async def _list_sessions(db: Database) -> list[Any]:
@@ -132,15 +143,15 @@ async def _show(db: Database, session_id: str) -> int:
 async def _run(args: argparse.Namespace) -> int:
     url = args.url or default_url()
     if args.command == "upgrade":
-        await upgrade(url)
+        await upgrade(url, schema=args.schema)
         print("schema is current")
         return 0
     if args.command == "check":
-        await check(url)
+        await check(url, schema=args.schema)
         print("schema is current")
         return 0
     # Looking is not migrating: an old database is reported, not converted.
-    async with Database(url, verify_only=True) as db:
+    async with Database(url, verify_only=True, schema=args.schema) as db:
         if args.command == "sessions":
             rows = await _list_sessions(db)
             if not rows:

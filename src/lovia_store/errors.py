@@ -6,6 +6,7 @@ from datetime import datetime
 
 __all__ = [
     "ConflictError",
+    "JoinedLineageError",
     "LoviaStoreError",
     "MissingDriverError",
     "RunInProgressError",
@@ -61,6 +62,32 @@ class SchemaNotCurrentError(LoviaStoreError):
         super().__init__(
             f"{database}: schema revision is {found or 'empty'}, expected {expected}; "
             "run `lovia-store upgrade` (or open it without verify_only) first"
+        )
+
+
+class JoinedLineageError(SchemaNotCurrentError):
+    """Our revisions are recorded in a host's version table, behind this version's head.
+
+    In a joined lineage the host's Alembic owns our revisions, so lovia-store
+    never migrates them itself (it cannot write a version table that holds
+    revisions it does not know).
+    """
+
+    def __init__(
+        self, *, database: str, found: str | None, expected: str, version_table: str
+    ) -> None:
+        self.database = database
+        self.found = found
+        self.expected = expected
+        self.version_table = version_table
+        LoviaStoreError.__init__(
+            self,
+            f"{database}: lovia-store's tables have no lovia_alembic_version; our revisions "
+            f"are recorded in {version_table} (a joined lineage) at {found or 'none we know'}, "
+            f"and this version needs {expected}. lovia-store never migrates a joined lineage: "
+            "run your application's `alembic upgrade heads` (or `alembic upgrade "
+            "lovia_store@head`); none we know means a newer lovia-store wrote it (upgrade "
+            "lovia), two means a host revision id collides with ours",
         )
 
 

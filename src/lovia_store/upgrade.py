@@ -8,16 +8,33 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .db.database import Database
 from .db.schema import ensure_current, migrate
+from .errors import UserError
 
 __all__ = ["check", "upgrade"]
 
+Target = Database | AsyncEngine | str | os.PathLike[str]
 
-async def upgrade(target: Database | AsyncEngine | str | os.PathLike[str]) -> None:
+
+def _database(target: Target, schema: str | None, *, verify_only: bool) -> Database:
+    """``target`` itself, or a Database opened on it (the caller closes what it opened)."""
+    if not isinstance(target, Database):
+        return Database(target, schema=schema, verify_only=verify_only)
+    if schema is not None and schema != target.schema:
+        raise UserError(
+            f"schema={schema!r} differs from the Database's own ({target.schema!r}); "
+            "give schema= to the Database"
+        )
+    return target
+
+
+async def upgrade(target: Target, *, schema: str | None = None) -> None:
     """Bring the database at ``target`` to the current schema (idempotent).
 
-    Refuses, with ``SchemaVersionError``, a database a newer version wrote.
+    ``schema`` places our tables in that PostgreSQL schema, created if needed
+    (as ``Database(schema=...)``). Refuses, with ``SchemaVersionError``, a
+    database a newer version wrote.
     """
-    db = target if isinstance(target, Database) else Database(target)
+    db = _database(target, schema, verify_only=False)
     try:
         await migrate(db)
     finally:
@@ -25,12 +42,12 @@ async def upgrade(target: Database | AsyncEngine | str | os.PathLike[str]) -> No
             await db.close()
 
 
-async def check(target: Database | AsyncEngine | str | os.PathLike[str]) -> None:
+async def check(target: Target, *, schema: str | None = None) -> None:
     """Raise ``SchemaNotCurrentError`` or ``SchemaVersionError`` unless ``target`` is current.
 
-    Never writes to the database (and never creates a missing SQLite file).
+    Never writes to the database (and never creates a missing SQLite file or schema).
     """
-    db = target if isinstance(target, Database) else Database(target, verify_only=True)
+    db = _database(target, schema, verify_only=True)
     try:
         await ensure_current(db, verify_only=True)
     finally:

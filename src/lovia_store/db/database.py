@@ -62,7 +62,9 @@ class Database:
     mode; ``"normal"`` trades the last commits before a power loss (never a
     process crash, never corruption) for speed. ``busy_timeout`` is how long
     (seconds) a writer waits for another process's lock before the write fails
-    with ``StoreBusyError``.
+    with ``StoreBusyError``. On PostgreSQL, ``schema`` places our tables (and
+    our version table) in that schema instead of the connection's default one,
+    for hosts that keep each component in its own namespace.
     """
 
     def __init__(
@@ -74,12 +76,14 @@ class Database:
         verify_only: bool = False,
         synchronous: Literal["full", "normal"] = "full",
         busy_timeout: float = 5.0,
+        schema: str | None = None,
         **engine_options: Any,
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise UserError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         self.verify_only = verify_only
         self.wal = wal
+        self.schema = schema
         self._runner: Runner
         if isinstance(target, AsyncEngine):
             if engine_options or echo or wal:
@@ -87,11 +91,14 @@ class Database:
                     "wal, echo and engine options apply only to an engine lovia-store creates; "
                     "configure your own engine yourself"
                 )
-            self._runner = AsyncRunner(target, owned=False, recreate=lambda: target)
+            _check_schema(schema, target.dialect.name)
+            placed = in_schema(target, schema)
+            self._runner = AsyncRunner(placed, owned=False, recreate=lambda: placed)
         elif isinstance(target, str | os.PathLike):
             url = _to_url(target)
+            _check_schema(schema, url.get_backend_name())
             sqlite = {"wal": wal, "synchronous": synchronous, "busy_timeout": busy_timeout}
-            self._runner = self._open(url, sqlite, echo, verify_only, engine_options)
+            self._runner = self._open(url, sqlite, echo, verify_only, engine_options, schema)
         else:
             raise UserError(
                 f"a Database target is a URL, a path or an AsyncEngine, not {type(target).__name__}"
@@ -106,7 +113,12 @@ class Database:
 
     @staticmethod
     def _open(
-        url: URL, sqlite: dict[str, Any], echo: bool, verify_only: bool, options: dict[str, Any]
+        url: URL,
+        sqlite: dict[str, Any],
+        echo: bool,
+        verify_only: bool,
+        options: dict[str, Any],
+        schema: str | None = None,
     ) -> Runner:
         backend = url.get_backend_name()
         if backend == "sqlite":
@@ -115,7 +127,7 @@ class Database:
                 Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
             return ThreadRunner(url, echo=echo, options=options, **sqlite)
         try:
-            engine = make_async_engine(url, echo=echo, options=options)
+            engine = in_schema(make_async_engine(url, echo=echo, options=options), schema)
         except ModuleNotFoundError as exc:
             driver = url.get_driver_name()
             raise MissingDriverError(
@@ -123,7 +135,9 @@ class Database:
                 f"pip install {_EXTRAS.get(driver, driver)}"
             ) from exc
         return AsyncRunner(
-            engine, owned=True, recreate=lambda: make_async_engine(url, echo=echo, options=options)
+            engine,
+            owned=True,
+            recreate=lambda: in_schema(make_async_engine(url, echo=echo, options=options), schema),
         )
 
     @property
@@ -228,7 +242,36 @@ class Database:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"Database({self.url!r})"
+        placed = f", schema={self.schema!r}" if self.schema is not None else ""
+        return f"Database({self.url!r}{placed})"
+
+
+def _check_schema(schema: str | None, backend: str) -> None:
+    """Refuse ``schema=`` where it has no meaning, before anything is opened."""
+    if schema is None:
+        return
+    if not isinstance(schema, str) or not schema.strip():
+        raise UserError(f"schema must be a non-empty name, not {schema!r}")
+    if backend in ("mysql", "mariadb"):
+        raise UserError(
+            f"schema={schema!r}: on MySQL/MariaDB a schema is a database; "
+            f"name it in the URL instead (mysql+asyncmy://host/{schema})"
+        )
+    if backend != "postgresql":
+        raise UserError(
+            f"schema={schema!r} applies only to PostgreSQL; a {backend} database "
+            "has a single namespace (use another file or database instead)"
+        )
+
+
+def in_schema(engine: AsyncEngine, schema: str | None) -> AsyncEngine:
+    """``engine`` with every one of our (schema-less) tables rendered in ``schema``.
+
+    The returned engine shares the pool; only statements made through it are placed.
+    """
+    if schema is None:
+        return engine
+    return engine.execution_options(schema_translate_map={None: schema})
 
 
 def as_database(

@@ -6,6 +6,13 @@ Alembic owns every table; its version table is ``lovia_alembic_version``.
 our revisions records the versions it brings. A row beyond what this code
 knows means a newer version wrote the database, and it is refused before
 anything is written to it.
+
+``Database(schema=...)`` places all of it in a PostgreSQL schema: the
+connection's ``schema_translate_map`` renders every one of our (schema-less)
+tables there, the gate reads that schema, and a migration creates the schema
+if needed and sets ``search_path`` to it for its transaction, so a revision's
+unqualified DDL and introspection (Alembic renders ``ALTER TABLE`` without the
+map) land there too.
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, select, text
 
-from ..errors import SchemaNotCurrentError, SchemaVersionError
-from .tables import VERSION_TABLE, metadata, schema_versions
+from ..errors import JoinedLineageError, SchemaNotCurrentError, SchemaVersionError
+from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
 if TYPE_CHECKING:
     from .database import Database
@@ -35,12 +42,16 @@ __all__ = [
     "ensure_current",
     "head_revision",
     "migrate",
+    "placed_schema",
     "read_state",
     "run_command_line",
 ]
 
 KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 3, "raw_log": 1}
 """The newest ``lovia_schema`` version of each store that this code can read."""
+
+HOST_VERSION_TABLE = "alembic_version"
+"""Where a joined lineage records our revisions: the host's (Alembic's default) table."""
 
 LEGACY_VERSION = 0
 """lovia 0.9's own layout; without our version table, anything newer is refused."""
@@ -74,12 +85,35 @@ def _known_revisions() -> frozenset[str]:
     return frozenset(script.revision for script in _scripts().walk_revisions())
 
 
+def placed_schema(conn: Connection) -> str | None:
+    """The schema our tables live in on this connection (``Database(schema=...)``)."""
+    translate = conn.get_execution_options().get("schema_translate_map") or {}
+    schema: str | None = translate.get(None)
+    return schema
+
+
+def _enter_schema(conn: Connection) -> None:
+    """Create our schema if missing and make it the migration's ``search_path``.
+
+    Creating only when missing lets a DBA create the schema beforehand for a
+    role that may not create schemas. ``SET LOCAL`` ends with the transaction.
+    """
+    schema = placed_schema(conn)
+    if schema is None:
+        return
+    quoted = conn.dialect.identifier_preparer.quote_schema(schema)
+    if not inspect(conn).has_schema(schema):
+        conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+    conn.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
+
+
 def configure_context(context: Any, connection: Connection) -> None:
     """The one place Alembic's context is configured, for both ways in."""
     context.configure(
         connection=connection,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=placed_schema(connection),
         render_as_batch=True,
         compare_type=True,
         # A host's tables share the database: ours are the only ones we manage.
@@ -91,33 +125,71 @@ def configure_context(context: Any, connection: Connection) -> None:
 class SchemaState:
     revision: str | None
     versions: dict[str, int] = field(default_factory=dict)
+    joined: bool = False
+    """Our tables without our version table: a host's Alembic ran our revisions."""
+
+
+def _joined_revision(conn: Connection, schema: str | None, names: set[str]) -> str | None:
+    """Our revision as recorded in the host's ``alembic_version`` (a joined lineage).
+
+    Only rows that are revisions of ours count; the host's own sit beside them.
+    Two of ours at once (``"0001+0003"``, never current) means a host revision
+    id collides with one of ours.
+    """
+    if HOST_VERSION_TABLE not in names:
+        return None
+    opts = {"version_table": HOST_VERSION_TABLE, "version_table_schema": schema}
+    heads = MigrationContext.configure(conn, opts=opts).get_current_heads()
+    ours = sorted(set(heads) & _known_revisions())
+    return "+".join(ours) or None
 
 
 def read_state(conn: Connection) -> SchemaState:
-    names = set(inspect(conn).get_table_names())
+    schema = placed_schema(conn)
+    names = set(inspect(conn).get_table_names(schema=schema))
     revision = None
+    # Our tables are present but our version table is not: our revisions ran in a
+    # host's lineage. (Cheap: decided from the names already read; only then one
+    # more query.)
+    joined = VERSION_TABLE not in names and sessions.name in names
     if VERSION_TABLE in names:
-        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        revision = ctx.get_current_revision()
+        opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
+        revision = MigrationContext.configure(conn, opts=opts).get_current_revision()
+    elif joined:
+        revision = _joined_revision(conn, schema, names)
     versions: dict[str, int] = {}
     if schema_versions.name in names:
         rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
         versions = {store: int(version) for store, version in rows}
-    return SchemaState(revision, versions)
+    return SchemaState(revision, versions, joined)
 
 
 def refuse_newer(state: SchemaState, database: str) -> None:
     """Raise ``SchemaVersionError`` if a newer version wrote this database."""
     for store, version in sorted(state.versions.items()):
-        known = LEGACY_VERSION if state.revision is None else KNOWN_VERSIONS.get(store, 0)
+        ours = state.revision is not None or state.joined
+        known = KNOWN_VERSIONS.get(store, 0) if ours else LEGACY_VERSION
         if version > known:
             raise SchemaVersionError(store=store, found=version, known=known, database=database)
+    if state.joined:
+        return  # only ours are read from the host's table; refuse_joined judges them
     if state.revision is not None and state.revision not in _known_revisions():
         raise SchemaVersionError(
             store="lovia-store schema",
             found=state.revision,
             known=head_revision(),
             database=database,
+        )
+
+
+def refuse_joined(state: SchemaState, database: str, target: str = "head") -> None:
+    """A joined lineage is the host's to migrate: refuse unless it is already current."""
+    if state.joined and (state.revision != head_revision() or target != "head"):
+        raise JoinedLineageError(
+            database=database,
+            found=state.revision,
+            expected=head_revision(),
+            version_table=HOST_VERSION_TABLE,
         )
 
 
@@ -154,8 +226,11 @@ async def migrate(db: Database, target: str = "head") -> None:
     def work(conn: Connection) -> None:
         _lock(conn)
         try:
-            refuse_newer(read_state(conn), db.url)
-            if read_state(conn).revision != head_revision() or target != "head":
+            _enter_schema(conn)
+            state = read_state(conn)
+            refuse_newer(state, db.url)
+            refuse_joined(state, db.url, target)
+            if state.revision != head_revision() or target != "head":
                 _upgrade(conn, target)
         finally:
             _unlock(conn)
@@ -172,6 +247,7 @@ async def ensure_current(db: Database, *, verify_only: bool) -> None:
         raise SchemaNotCurrentError(database=db.url, found=None, expected=head_revision())
     state = await db.read_unchecked(read_state)
     refuse_newer(state, db.url)
+    refuse_joined(state, db.url)
     if state.revision == head_revision():
         return
     if verify_only:
@@ -179,16 +255,20 @@ async def ensure_current(db: Database, *, verify_only: bool) -> None:
     await migrate(db)
 
 
-async def run_command_line(context: Any, url: str) -> None:
+async def run_command_line(context: Any, url: str, schema: str | None = None) -> None:
     """The ``alembic`` command line's path: same lock and same refusal as first use."""
     from .database import Database
 
-    db = Database(url)
+    db = Database(url, schema=schema)
 
     def work(conn: Connection) -> None:
         _lock(conn)
         try:
-            refuse_newer(read_state(conn), db.url)
+            _enter_schema(conn)
+            state = read_state(conn)
+            refuse_newer(state, db.url)
+            if state.joined:  # our ini cannot see the host's revisions in its table
+                refuse_joined(state, db.url, target="")
             configure_context(context, conn)
             with context.begin_transaction():
                 context.run_migrations()

@@ -5,7 +5,9 @@ caller's connection arrives in ``config.attributes["connection"]``, already
 inside the transaction that holds the migration lock, and migrations run on it
 in the caller's event loop. From the ``alembic`` command line there is no
 connection: the URL comes from ``-x url=...``, ``$LOVIA_STORE_URL`` or
-``sqlalchemy.url``, and the same locked procedure runs in a fresh loop.
+``sqlalchemy.url``, and the same locked procedure runs in a fresh loop;
+``-x schema=...`` (or ``$LOVIA_STORE_SCHEMA``) names the PostgreSQL schema our
+tables live in, as ``Database(schema=...)`` does.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ if connection is not None:
     with context.begin_transaction():
         context.run_migrations()
 else:
+    x = context.get_x_argument(as_dictionary=True)
     url = (
-        context.get_x_argument(as_dictionary=True).get("url")
+        x.get("url")
         or os.environ.get("LOVIA_STORE_URL")
         or config.get_main_option("sqlalchemy.url")
     )
     if not url:
         raise SystemExit("no database URL: pass -x url=... or set LOVIA_STORE_URL")
-    asyncio.run(run_command_line(context, url))
+    schema = x.get("schema") or os.environ.get("LOVIA_STORE_SCHEMA") or None
+    asyncio.run(run_command_line(context, url, schema))

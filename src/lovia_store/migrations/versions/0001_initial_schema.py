@@ -26,7 +26,8 @@ from lovia_store.db.types import UTCDateTime
 
 revision: str = "0001"
 down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
+# A host that runs our revisions in its own lineage targets them as lovia_store@head.
+branch_labels: str | Sequence[str] | None = ("lovia_store",)
 depends_on: str | Sequence[str] | None = None
 
 STORE_VERSIONS = {"session": 1, "checkpoint": 1, "raw_log": 1}
