@@ -100,9 +100,7 @@ async def create_mysql_database() -> str:
     name = f"lovia_t_{uuid.uuid4().hex[:16]}"
     await _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
-    return url.set(drivername="mysql+asyncmy", database=name).render_as_string(
-        hide_password=False
-    )
+    return url.set(drivername="mysql+asyncmy", database=name).render_as_string(hide_password=False)
 
 
 async def drop_mysql_database(url: str) -> None:

@@ -323,11 +323,9 @@ async def test_our_revisions_downgrade_one_step_at_a_time_in_a_schema(pg_url: st
 
 
 @postgres
-async def test_a_tools_transaction_reaches_host_tables_that_name_their_schema(
-    pg_url: str,
-) -> None:
-    """``ctx.transaction`` runs on our connection, translate map included: a host table
-    declared with its schema is found; one declared without is looked up in ours."""
+async def test_a_tools_transaction_reaches_the_host_tables(pg_url: str) -> None:
+    """``ctx.transaction`` runs on our connection but without our schema placement: a
+    host table is found whether it names its schema or relies on the search path."""
 
     def host_table(conn: Connection) -> None:
         conn.execute(text("CREATE TABLE public.payments (call_id varchar(255) primary key)"))
@@ -360,13 +358,12 @@ async def test_a_tools_transaction_reaches_host_tables_that_name_their_schema(
             checkpoint=CheckpointOptions(SQLCheckpointer(db), "pay-run"),
         )
     outputs = {e.call_id: e for e in result.entries if e.type == "tool_result"}
-    assert outputs["c-named"].output == "paid" and not outputs["c-named"].is_error
-    assert outputs["c-bare"].is_error and "agents.payments" in outputs["c-bare"].output
+    assert all(e.output == "paid" and not e.is_error for e in outputs.values())
 
     def paid(conn: Connection) -> list[str]:
         return list(conn.execute(text("SELECT call_id FROM public.payments")).scalars())
 
-    assert await on_connection(pg_url, paid) == ["c-named"]
+    assert sorted(await on_connection(pg_url, paid)) == ["c-bare", "c-named"]
 
 
 # -- elsewhere ----------------------------------------------------------------------------

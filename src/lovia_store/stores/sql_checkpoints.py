@@ -282,7 +282,7 @@ class SQLCheckpointer(SQLStore):
         def transaction(conn: Connection) -> Any:
             if lease is not None:
                 sql_leases.guard(conn, lease)
-            value = work(conn)
+            value = _as_host(conn, work)
             document = outcome(value).model_dump_json()
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
             conn.execute(
@@ -293,6 +293,18 @@ class SQLCheckpointer(SQLStore):
             return value
 
         return await self.database.write(transaction)
+
+
+def _as_host(conn: Connection, work: Callable[[Connection], Any]) -> Any:
+    """Run the caller's work without our schema placement: its tables are its own."""
+    translate = conn.get_execution_options().get("schema_translate_map")
+    if not translate:
+        return work(conn)
+    conn.execution_options(schema_translate_map=None)
+    try:
+        return work(conn)
+    finally:
+        conn.execution_options(schema_translate_map=translate)
 
 
 def _effect_row(run_id: str, call_id: str, tool_name: str) -> dict[str, Any]:
