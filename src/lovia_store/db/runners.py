@@ -34,7 +34,6 @@ __all__ = ["AsyncRunner", "Runner", "ThreadRunner", "Work"]
 T = TypeVar("T")
 Work = Callable[[Connection], T]
 
-_WRITE = "lovia_write"
 _READERS = 3
 
 
@@ -46,11 +45,15 @@ class _Failed(Exception):
         self.committing = committing
 
 
-def _transaction(conn: Connection, work: Work[T]) -> T:
+def _transaction(conn: Connection, work: Work[T], begin: str | None = None) -> T:
+    """Run ``work`` in one transaction on ``conn``; ``begin`` is SQL that opens it
+    (pysqlite with its own transaction handling off), None for the driver's own."""
     committing = False
     try:
         transaction = conn.begin()
         try:
+            if begin is not None:
+                conn.exec_driver_sql(begin)
             result = work(conn)
         except BaseException:
             transaction.rollback()
@@ -87,11 +90,13 @@ class Runner:
 
 
 def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeout: float) -> None:
-    """Pragmas on connect, and BEGIN IMMEDIATE for writes.
+    """Pragmas on connect, and pysqlite's own transaction handling turned off.
 
-    pysqlite's own transaction handling is turned off so that a write takes the
-    file's write lock at BEGIN: a deferred transaction that reads first and
-    writes later can fail with SQLITE_BUSY without ever waiting.
+    The transaction is begun by ``ThreadRunner`` itself (``BEGIN IMMEDIATE`` for
+    writes, so a write takes the file's write lock at BEGIN: a deferred
+    transaction that reads first and writes later can fail with SQLITE_BUSY
+    without ever waiting). This is a pool listener only: an engine-level
+    listener (such as ``begin``) would make every statement dispatch events.
     """
 
     @event.listens_for(engine, "connect")
@@ -104,11 +109,6 @@ def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeou
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(_WRITE, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 class ThreadRunner(Runner):
@@ -132,7 +132,6 @@ class ThreadRunner(Runner):
             url.set(drivername="sqlite+pysqlite"), echo=echo, **{**defaults, **options}
         )
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
-        self._write_engine = self.engine.execution_options(**{_WRITE: True})
         self._closed = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
@@ -143,13 +142,12 @@ class ThreadRunner(Runner):
         )
 
     def _call(self, work: Work[T], write: bool) -> T:
-        engine = self._write_engine if write else self.engine
         try:
-            conn = engine.connect()
+            conn = self.engine.connect()
         except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
             raise _Failed(exc, committing=False) from exc
         with conn:
-            return _transaction(conn, work)
+            return _transaction(conn, work, "BEGIN IMMEDIATE" if write else "BEGIN")
 
     async def run(self, work: Work[T], *, write: bool) -> T:
         executor = self._writer if write else self._readers
@@ -183,7 +181,7 @@ class ThreadRunner(Runner):
 class _LoopEngines:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self.write = engine.execution_options(**{_WRITE: True})
+        self.write = engine
         # Reads that take several statements must see one snapshot; PostgreSQL's
         # default READ COMMITTED would not give it.
         self.read = (
