@@ -1,8 +1,8 @@
 """The few statements whose SQL differs by dialect: upserts and insert-if-absent.
 
-Each statement is built once per dialect with bound parameters and reused, so
-the hot paths pay neither statement construction nor cache-key generation on
-every call.
+Each statement is built and compiled once per dialect (``Prepared``), so the
+hot paths pay neither statement construction nor SQLAlchemy's per-execution
+parameter handling on every call.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Table, bindparam, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.sql import Executable
 
+from .prepared import Prepared
 from .tables import sessions
 from .types import UTCDateTime
 
@@ -25,11 +26,12 @@ _DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_
 
 
 @cache
-def _insert_ignore(dialect: str, table: Table) -> Executable:
+def _insert_ignore(dialect: str, table: Table, columns: tuple[str, ...]) -> Prepared:
+    values: dict[str, Any] = {name: bindparam(name) for name in columns}
     if dialect in MYSQL:
-        return table.insert().prefix_with("IGNORE")
+        return Prepared(table.insert().prefix_with("IGNORE").values(values))
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing()
+    return Prepared(insert(table).values(values).on_conflict_do_nothing())
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
@@ -38,8 +40,8 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     The uniqueness check happens inside the insert (never read-then-write),
     so racing writers settle on the constraint.
     """
-    result = conn.execute(_insert_ignore(conn.dialect.name, table), values)
-    return bool(result.rowcount == 1)
+    statement = _insert_ignore(conn.dialect.name, table, tuple(values))
+    return bool(statement.execute(conn, values).rowcount == 1)
 
 
 class Bumped(NamedTuple):
@@ -73,7 +75,7 @@ def upsert(
 
 
 @cache
-def _bump(dialect: str) -> Executable:
+def _bump(dialect: str) -> Prepared:
     now = bindparam("now", type_=UTCDateTime())
     values = {
         "session_id": bindparam("sid"),
@@ -90,10 +92,10 @@ def _bump(dialect: str) -> Executable:
         "run_count": c.run_count + bindparam("runs"),
         "updated_at": now,
     }
-    return upsert(dialect, sessions, values, bumps, _RETURNED)
+    return Prepared(upsert(dialect, sessions, values, bumps, _RETURNED))
 
 
-_BUMPED = select(*_RETURNED).where(c.session_id == bindparam("sid"))
+_BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
 
 
 def bump_session(
@@ -116,8 +118,8 @@ def bump_session(
     params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
     params.update(_DISPLAY)
     params.update(create or {})
-    result = conn.execute(_bump(conn.dialect.name), params)
+    result = _bump(conn.dialect.name).execute(conn, params)
     if conn.dialect.name in MYSQL:  # no RETURNING: the row is locked, read it back
-        result = conn.execute(_BUMPED, {"sid": session_id})
+        result = _BUMPED.execute(conn, {"sid": session_id})
     row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])

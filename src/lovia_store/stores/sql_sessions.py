@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Integer, bindparam, delete, func, select, upd
 
 from .._json import load_object
 from ..db.dialect import bump_session, insert_ignore
+from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
@@ -44,7 +45,12 @@ __all__ = ["SQLSession", "SQLiteSession"]
 
 m = messages.c
 r = session_runs.c
-_INSERT_MESSAGES = messages.insert()
+# One row per entry; the first four values are shared by every row of a run.
+_MESSAGE_COLUMNS = (
+    *("session_id", "request_id", "run_id", "created_at"),
+    *("sequence", "entry_type", "call_id", "entry_json"),
+)
+_INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
 # Reads built once with bound parameters (no construction or cache key per call).
 _LOAD = select(m.entry_json).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
@@ -181,22 +187,22 @@ class SQLSession(SQLStore):
             if not insert_ignore(conn, session_runs, run):
                 raise _AlreadyStored
             if stored:
-                conn.execute(
-                    _INSERT_MESSAGES,
-                    [
-                        {
-                            "session_id": session_id,
-                            "sequence": first + i,
-                            "request_id": run_id,
-                            "run_id": run_id,
-                            "entry_type": entry.type,
-                            "call_id": getattr(entry, "call_id", None),
-                            "entry_json": document,
-                            "created_at": now,
-                        }
-                        for i, (entry, document) in enumerate(zip(stored, documents, strict=True))
-                    ],
-                )
+                shared = {
+                    "session_id": session_id,
+                    "request_id": run_id,
+                    "run_id": run_id,
+                    "created_at": now,
+                }
+                rows = [
+                    {
+                        "sequence": first + i,
+                        "entry_type": entry.type,
+                        "call_id": getattr(entry, "call_id", None),
+                        "entry_json": document,
+                    }
+                    for i, (entry, document) in enumerate(zip(stored, documents, strict=True))
+                ]
+                _INSERT_MESSAGES.execute(conn, shared, rows)
 
         with contextlib.suppress(_AlreadyStored):
             await self.database.write(work)
