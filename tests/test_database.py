@@ -191,3 +191,30 @@ async def test_a_second_event_loop_gets_its_own_connections(sql_backend: Backend
     assert await asyncio.to_thread(in_thread) == 8
     assert [s.run_id for s in await store.segments("s")] == ["main", "thread"]
     await store.close()
+
+
+def test_prepared_statements_follow_the_schema_translate_map() -> None:
+    """Hot statements are compiled once, but still land in the schema an engine's
+    ``schema_translate_map`` names (how tables are placed in a named schema)."""
+    from sqlalchemy import bindparam, create_engine, event
+
+    from lovia_store.db.prepared import Prepared
+
+    statement = Prepared(
+        schema_versions.select().where(schema_versions.c.store == bindparam("store"))
+    )
+    engine = create_engine("sqlite://")
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def record(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        seen.append(sql)
+
+    with engine.connect() as conn:
+        conn.execute(text("CREATE TABLE lovia_schema (store TEXT, version INTEGER)"))
+        conn.execute(text("INSERT INTO lovia_schema VALUES ('s', 1)"))
+        assert statement.execute(conn, {"store": "s"}).all() == [("s", 1)]
+        placed = conn.execution_options(schema_translate_map={None: "main"})
+        assert statement.execute(placed, {"store": "s"}).all() == [("s", 1)]
+    assert "FROM lovia_schema" in seen[-2] and "FROM main.lovia_schema" in seen[-1]
+    engine.dispose()

@@ -33,29 +33,45 @@ class _Plan(NamedTuple):
 
 
 class Prepared:
-    """A statement with named bound parameters, compiled once per dialect."""
+    """A statement with named bound parameters, compiled once per dialect.
+
+    A connection's ``schema_translate_map`` (how an engine places our tables in
+    a named schema) is compiled into the SQL, one plan per map.
+    """
 
     __slots__ = ("_plans", "statement")
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
-        self._plans: WeakKeyDictionary[Dialect, _Plan] = WeakKeyDictionary()
+        self._plans: WeakKeyDictionary[Dialect, dict[Any, _Plan]] = WeakKeyDictionary()
 
-    def _plan(self, dialect: Dialect) -> _Plan:
-        plan = self._plans.get(dialect)
+    def _plan(self, conn: Connection) -> _Plan:
+        dialect = conn.dialect
+        translate = conn.get_execution_options().get("schema_translate_map")
+        key = tuple(sorted(translate.items(), key=repr)) if translate else None
+        plans = self._plans.get(dialect)
+        if plans is None:
+            plans = self._plans[dialect] = {}
+        plan = plans.get(key)
         if plan is None:
-            compiled: Any = self.statement.compile(dialect=dialect)  # type: ignore[attr-defined]
-            names = tuple(compiled.positiontup or ())
-            if not dialect.positional or set(names) != set(compiled.binds):
-                raise TypeError(f"{dialect.name}: not a positional statement: {compiled}")
-            processors = {}
-            for name in names:
-                type_ = compiled.binds[name].type
-                processor = type_.dialect_impl(dialect).bind_processor(dialect)
-                if processor is not None:
-                    processors[name] = processor
-            plan = self._plans[dialect] = _Plan(compiled.string, names, processors)
+            plan = plans[key] = self._compile(dialect, translate)
         return plan
+
+    def _compile(self, dialect: Dialect, translate: Mapping[str | None, str] | None) -> _Plan:
+        placed = {"schema_translate_map": translate, "render_schema_translate": True}
+        compiled: Any = self.statement.compile(  # type: ignore[attr-defined]
+            dialect=dialect, **(placed if translate else {})
+        )
+        names = tuple(compiled.positiontup or ())
+        if not dialect.positional or set(names) != set(compiled.binds):
+            raise TypeError(f"{dialect.name}: not a positional statement: {compiled}")
+        processors = {}
+        for name in names:
+            type_ = compiled.binds[name].type
+            processor = type_.dialect_impl(dialect).bind_processor(dialect)
+            if processor is not None:
+                processors[name] = processor
+        return _Plan(compiled.string, names, processors)
 
     def execute(
         self,
@@ -65,7 +81,7 @@ class Prepared:
     ) -> CursorResult[*tuple[Any, ...]]:
         """Run once with ``params``; or, given ``rows``, once per row (executemany)
         with ``params`` holding the values every row shares."""
-        plan = self._plan(conn.dialect)
+        plan = self._plan(conn)
         processors = plan.processors
         shared = {
             name: processors[name](value) if name in processors else value
