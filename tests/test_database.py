@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import Backend
+from conftest import SERVER_KINDS, Backend
 from helpers import a_run
 from lovia_store import (
     ConflictError,
@@ -191,6 +191,50 @@ async def test_a_second_event_loop_gets_its_own_connections(sql_backend: Backend
     assert await asyncio.to_thread(in_thread) == 8
     assert [s.run_id for s in await store.segments("s")] == ["main", "thread"]
     await store.close()
+
+
+async def _drop_other_connections(url: str) -> int:
+    """Have the server close every connection to this database but the caller's."""
+    killer = Database(url)
+
+    def kill(conn: Connection) -> int:
+        if conn.dialect.name == "postgresql":
+            query = (
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(conn.execute(text(query)).scalar_one())
+        query = (
+            "SELECT id FROM information_schema.processlist "
+            "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        )
+        ids = conn.execute(text(query)).scalars().all()
+        for connection_id in ids:
+            conn.execute(text(f"KILL {int(connection_id)}"))
+        return len(ids)
+
+    try:
+        return await killer.read_unchecked(kill)
+    finally:
+        await killer.close()
+
+
+async def test_connections_the_server_dropped_are_replaced(sql_backend: Backend) -> None:
+    """No pre-ping by default: a pooled connection the server closed fails before
+    anything is sent for commit, and the call is retried on a fresh connection."""
+    if sql_backend.kind not in SERVER_KINDS:
+        pytest.skip("server databases only")
+    assert sql_backend.target is not None
+    db = Database(sql_backend.target, pool_size=3, max_overflow=0)
+    store = SQLSession(db)
+    try:
+        await asyncio.gather(*(store.append(f"s{i}", a_run(f"r{i}")) for i in range(3)))
+        assert await _drop_other_connections(sql_backend.target) >= 1
+        assert len(await store.load("s0")) == 4
+        await store.append("s1", a_run("again"), run_id="again")
+        assert [len(await store.load(f"s{i}")) for i in range(3)] == [4, 8, 4]
+    finally:
+        await db.close()
 
 
 def test_prepared_statements_follow_the_schema_translate_map() -> None:
