@@ -19,7 +19,15 @@ from .prepared import Prepared
 from .tables import sessions
 from .types import UTCDateTime
 
-__all__ = ["MYSQL", "Bumped", "bump_session", "insert_ignore", "upsert"]
+__all__ = [
+    "MYSQL",
+    "Bumped",
+    "bump_params",
+    "bump_session",
+    "bump_statement",
+    "insert_ignore",
+    "upsert",
+]
 
 MYSQL = ("mysql", "mariadb")
 _DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
@@ -75,7 +83,10 @@ def upsert(
 
 
 @cache
-def _bump(dialect: str) -> Prepared:
+def bump_statement(dialect: str) -> Executable:
+    """The upsert behind ``bump_session``, with its bound parameters: ``sid``,
+    ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
+    SQLite it returns ``last_sequence, run_count, parent_session_id``."""
     now = bindparam("now", type_=UTCDateTime())
     values = {
         "session_id": bindparam("sid"),
@@ -92,10 +103,30 @@ def _bump(dialect: str) -> Prepared:
         "run_count": c.run_count + bindparam("runs"),
         "updated_at": now,
     }
-    return Prepared(upsert(dialect, sessions, values, bumps, _RETURNED))
+    return upsert(dialect, sessions, values, bumps, _RETURNED)
+
+
+@cache
+def _bump(dialect: str) -> Prepared:
+    return Prepared(bump_statement(dialect))
 
 
 _BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
+
+
+def bump_params(
+    session_id: str,
+    *,
+    messages: int,
+    runs: int,
+    now: datetime,
+    create: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``bump_statement`` (see ``bump_session``)."""
+    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
+    params.update(_DISPLAY)
+    params.update(create or {})
+    return params
 
 
 def bump_session(
@@ -115,9 +146,7 @@ def bump_session(
     Returns the last reserved sequence and run position, and the row's parent
     (so a caller can refuse a parent that differs from the stored one).
     """
-    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
-    params.update(_DISPLAY)
-    params.update(create or {})
+    params = bump_params(session_id, messages=messages, runs=runs, now=now, create=create)
     result = _bump(conn.dialect.name).execute(conn, params)
     if conn.dialect.name in MYSQL:  # no RETURNING: the row is locked, read it back
         result = _BUMPED.execute(conn, {"sid": session_id})

@@ -13,12 +13,28 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Integer, bindparam, delete, func, select, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Connection,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.dml import Insert
 
 from .._json import load_object
-from ..db.dialect import bump_session, insert_ignore
+from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.types import UTCDateTime, utcnow
@@ -51,6 +67,69 @@ _MESSAGE_COLUMNS = (
     *("sequence", "entry_type", "call_id", "entry_json"),
 )
 _INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
+_RUN_COLUMNS = (
+    *("session_id", "run_id", "position", "first_sequence"),
+    *("entry_count", "meta_json", "created_at"),
+)
+
+
+def _append_in_one_statement() -> Prepared:
+    """PostgreSQL: a whole append as one statement (one round trip, not three).
+
+    Data-modifying CTEs: the session counter bump (which takes the row lock
+    that serializes appends to one session), the run row, then the entries,
+    numbered from the run's first sequence. The statement returns the run's
+    first sequence, or no row when the run id is already stored (the caller
+    then rolls the bump back).
+    """
+    bump = cast(Insert, bump_statement("postgresql")).cte("bump")
+    sid = bindparam("sid", type_=String())
+    run_id = bindparam("run_id", type_=String())
+    count = bindparam("messages", type_=BigInteger())
+    now = bindparam("now", type_=UTCDateTime())
+    one = literal_column("1", BigInteger())
+    run = (
+        postgresql.insert(session_runs)
+        .from_select(
+            list(_RUN_COLUMNS),
+            select(
+                sid,
+                run_id,
+                bump.c.run_count,
+                bump.c.last_sequence - count + one,
+                count,
+                bindparam("meta_json", type_=Text()),
+                now,
+            ),
+        )
+        .on_conflict_do_nothing()
+        .returning(r.first_sequence)
+        .cte("run")
+    )
+    entries = func.unnest(
+        bindparam("entry_types", type_=ARRAY(String())),
+        bindparam("call_ids", type_=ARRAY(String())),
+        bindparam("documents", type_=ARRAY(Text())),
+    ).table_valued("entry_type", "call_id", "entry_json", with_ordinality="ordinality")
+    entries = entries.render_derived(name="given")
+    rows = messages.insert().from_select(
+        list(_MESSAGE_COLUMNS),
+        select(
+            sid,
+            run_id,
+            run_id,
+            now,
+            run.c.first_sequence + entries.c.ordinality - one,
+            entries.c.entry_type,
+            entries.c.call_id,
+            entries.c.entry_json,
+        ).select_from(run.join(entries, true())),
+    )
+    return Prepared(select(run.c.first_sequence).add_cte(rows.cte("entries")))
+
+
+_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+
 # Reads built once with bound parameters (no construction or cache key per call).
 _LOAD = select(m.entry_json).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
@@ -95,6 +174,62 @@ _SEGMENT_RUNS = (
 
 class _AlreadyStored(Exception):
     """Rolls back an append whose run id is already stored (the idempotent no-op)."""
+
+
+def _store_run(
+    conn: Connection,
+    session_id: str,
+    run_id: str,
+    meta_json: str | None,
+    entries: Sequence[TranscriptEntry],
+    documents: Sequence[str],
+) -> bool:
+    """Write one run and its entries; False (with the session already bumped: roll
+    back) when the run id is stored. One statement on PostgreSQL, three elsewhere."""
+    now = utcnow()
+    count = len(entries)
+    bump = bump_params(session_id, messages=count, runs=1, now=now)
+    if conn.dialect.name == "postgresql":
+        params = {
+            **bump,
+            "run_id": run_id,
+            "meta_json": meta_json,
+            "entry_types": [entry.type for entry in entries],
+            "call_ids": [getattr(entry, "call_id", None) for entry in entries],
+            "documents": documents,
+        }
+        return _APPEND_IN_ONE_STATEMENT.execute(conn, params).first() is not None
+    bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
+    first = bumped.last_sequence - count + 1
+    run = {
+        "session_id": session_id,
+        "run_id": run_id,
+        "position": bumped.run_count,
+        "first_sequence": first,
+        "entry_count": count,
+        "meta_json": meta_json,
+        "created_at": now,
+    }
+    if not insert_ignore(conn, session_runs, run):
+        return False
+    if entries:
+        shared = {
+            "session_id": session_id,
+            "request_id": run_id,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        rows = [
+            {
+                "sequence": first + i,
+                "entry_type": entry.type,
+                "call_id": getattr(entry, "call_id", None),
+                "entry_json": document,
+            }
+            for i, (entry, document) in enumerate(zip(entries, documents, strict=True))
+        ]
+        _INSERT_MESSAGES.execute(conn, shared, rows)
+    return True
 
 
 class SQLSession(SQLStore):
@@ -168,41 +303,10 @@ class SQLSession(SQLStore):
         """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
         run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
         documents = [entry_to_json(entry) for entry in stored]
-        count = len(stored)
 
         def work(conn: Connection) -> None:
-            now = utcnow()
-            bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
-            last, position = bumped.last_sequence, bumped.run_count
-            first = last - count + 1
-            run = {
-                "session_id": session_id,
-                "run_id": run_id,
-                "position": position,
-                "first_sequence": first,
-                "entry_count": count,
-                "meta_json": meta_json,
-                "created_at": now,
-            }
-            if not insert_ignore(conn, session_runs, run):
+            if not _store_run(conn, session_id, run_id, meta_json, stored, documents):
                 raise _AlreadyStored
-            if stored:
-                shared = {
-                    "session_id": session_id,
-                    "request_id": run_id,
-                    "run_id": run_id,
-                    "created_at": now,
-                }
-                rows = [
-                    {
-                        "sequence": first + i,
-                        "entry_type": entry.type,
-                        "call_id": getattr(entry, "call_id", None),
-                        "entry_json": document,
-                    }
-                    for i, (entry, document) in enumerate(zip(stored, documents, strict=True))
-                ]
-                _INSERT_MESSAGES.execute(conn, shared, rows)
 
         with contextlib.suppress(_AlreadyStored):
             await self.database.write(work)
