@@ -37,7 +37,7 @@ from .._json import load_object
 from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.types import UTCDateTime, utcnow
+from ..db.types import UTCDateTime, utcnow, utf8_bytes
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -131,15 +131,17 @@ def _append_in_one_statement() -> Prepared:
 _APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
 
 # Reads built once with bound parameters (no construction or cache key per call).
-_LOAD = select(m.entry_json).where(m.session_id == bindparam("sid")).order_by(m.sequence)
+# Entry documents are read as UTF-8 bytes where the database allows (see utf8_bytes).
+_DOCUMENT = utf8_bytes(m.entry_json).label("entry_json")
+_LOAD = select(_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
-    select(m.sequence, m.entry_json)
+    select(m.sequence, _DOCUMENT)
     .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
     .order_by(m.sequence)
     .limit(bindparam("size", type_=Integer))
 )
 _SEGMENT_ROWS = (
-    select(m.request_id, m.run_id, m.entry_json)
+    select(m.request_id, m.run_id, _DOCUMENT)
     .where(m.session_id == bindparam("sid"))
     .order_by(m.sequence)
 )
@@ -147,7 +149,7 @@ _SEGMENT_ROWS = (
 # is recognised (the closing quote follows the sentinel in the stored JSON).
 _NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
-_TRIM_CANDIDATES = select(m.sequence, m.entry_json).where(
+_TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
     m.session_id == bindparam("sid"),
     m.sequence < bindparam("cutoff"),
     m.entry_type == "tool_result",
@@ -244,7 +246,7 @@ class SQLSession(SQLStore):
         """Every entry of the session, in order (the flat view of ``segments``)."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> Sequence[str]:
+        def work(conn: Connection) -> Sequence[str | bytes]:
             return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
         return entries_from_json_rows(await self.database.read(work))
