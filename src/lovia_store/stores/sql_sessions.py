@@ -451,28 +451,60 @@ def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> i
     return 0
 
 
+# Rewind's statements, built once (a rewind runs up to nine of them).
+_SID = bindparam("sid", type_=String())
+_CUT_ROW = (
+    select(m.sequence, m.run_id, m.request_id)
+    .where(m.session_id == _SID)
+    .order_by(m.sequence)
+    .limit(1)
+    .offset(bindparam("keep", type_=Integer))
+)
+_BEFORE_CUT = (
+    select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
+    .where(m.session_id == _SID, m.sequence < bindparam("cut"))
+    .order_by(m.sequence.desc())
+)
+_DELETE_TAIL = delete(messages).where(m.session_id == _SID, m.sequence >= bindparam("cut"))
+_DELETE_DANGLING = delete(messages).where(
+    m.session_id == _SID, m.sequence.in_(bindparam("dangling", expanding=True))
+)
+_LATER_RUNS = (r.session_id == _SID) & (r.first_sequence >= bindparam("cut"))
+_SELECT_LATER_RUNS = select(r.run_id).where(_LATER_RUNS)
+_DELETE_LATER_RUNS = delete(session_runs).where(_LATER_RUNS)
+_CUT_RUN = (r.session_id == _SID) & (r.run_id == bindparam("cut_run_id"))
+_SHORTEN_CUT_RUN = (
+    update(session_runs).where(_CUT_RUN).values(meta_json=None, entry_count=bindparam("remaining"))
+)
+_DELETE_CUT_RUN = delete(session_runs).where(_CUT_RUN)
+_DELETE_COVERING_SNAPSHOTS = delete(snapshots).where(
+    snapshots.c.session_id == _SID,
+    snapshots.c.compacted_through_sequence >= bindparam("lowest"),
+)
+_REWOUND_SESSION = (
+    update(sessions)
+    .where(sessions.c.session_id == _SID)
+    .values(
+        message_count=sessions.c.message_count - bindparam("removed"),
+        snapshot_version=select(func.coalesce(func.max(snapshots.c.version), 0))
+        .where(snapshots.c.session_id == _SID)
+        .scalar_subquery(),
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
+)
+
+
 def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
     ids of the runs the cut truncated or deleted."""
-    cut_row = (
-        conn.execute(
-            select(m.sequence, m.run_id, m.request_id)
-            .where(m.session_id == session_id)
-            .order_by(m.sequence)
-            .limit(1)
-            .offset(keep_entries)
-        )
-    ).first()
+    cut_row = conn.execute(_CUT_ROW, {"sid": session_id, "keep": keep_entries}).first()
     if cut_row is None:
         return 0, []
     cut = int(cut_row.sequence)
+    at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
-    before = conn.execute(
-        select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
-        .where(m.session_id == session_id, m.sequence < cut)
-        .order_by(m.sequence.desc())
-    )
+    before = conn.execute(_BEFORE_CUT, at_cut)
     kept_part: list[Any] = []
     for row in before:
         if (row.run_id, row.request_id) != (cut_row.run_id, cut_row.request_id):
@@ -485,47 +517,21 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         for row in kept_part
         if row.entry_type == "tool_call" and row.call_id not in answered
     ]
-    removed_tail = (
-        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence >= cut))
-    ).rowcount
+    removed = int(conn.execute(_DELETE_TAIL, at_cut).rowcount)
     if dangling:
-        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling)))
-    removed = int(removed_tail) + len(dangling)
-    later = (r.session_id == session_id) & (r.first_sequence >= cut)
-    touched = list((conn.execute(select(r.run_id).where(later))).scalars())
+        conn.execute(_DELETE_DANGLING, {"sid": session_id, "dangling": dangling})
+        removed += len(dangling)
+    touched = list(conn.execute(_SELECT_LATER_RUNS, at_cut).scalars())
     if cut_row.run_id is not None and cut_row.run_id not in touched:
         touched.append(cut_row.run_id)
-    conn.execute(delete(session_runs).where(later))
+    conn.execute(_DELETE_LATER_RUNS, at_cut)
     if cut_row.run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
-        boundary = (r.session_id == session_id) & (r.run_id == cut_row.run_id)
-        if remaining:
-            conn.execute(
-                update(session_runs).where(boundary).values(meta_json=None, entry_count=remaining)
-            )
-        else:
-            conn.execute(delete(session_runs).where(boundary))
+        cut_run = {"sid": session_id, "cut_run_id": cut_row.run_id, "remaining": remaining}
+        conn.execute(_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN, cut_run)
     lowest_removed = min([cut, *dangling])
-    conn.execute(
-        delete(snapshots).where(
-            snapshots.c.session_id == session_id,
-            snapshots.c.compacted_through_sequence >= lowest_removed,
-        )
-    )
-    latest_version = (
-        select(func.coalesce(func.max(snapshots.c.version), 0))
-        .where(snapshots.c.session_id == session_id)
-        .scalar_subquery()
-    )
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.session_id == session_id)
-        .values(
-            message_count=sessions.c.message_count - removed,
-            snapshot_version=latest_version,
-            updated_at=utcnow(),
-        )
-    )
+    conn.execute(_DELETE_COVERING_SNAPSHOTS, {"sid": session_id, "lowest": lowest_removed})
+    conn.execute(_REWOUND_SESSION, {"sid": session_id, "removed": removed, "now": utcnow()})
     return removed, touched
 
 
