@@ -26,6 +26,7 @@ from sqlalchemy import (
     delete,
     func,
     literal_column,
+    null,
     select,
     true,
     update,
@@ -158,12 +159,12 @@ _TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
 # space would not be reclaimed.
-_TRIM = (
+_TRIM = Prepared(
     update(messages)
     .where(m.session_id == bindparam("sid"), m.sequence == bindparam("seq"))
     .values(
         entry_json=bindparam("doc"),
-        envelope_json=None,
+        envelope_json=null(),
         updated_at=bindparam("now", type_=UTCDateTime()),
     )
 )
@@ -340,7 +341,7 @@ class SQLSession(SQLStore):
             cutoff = _first_kept_sequence(conn, session_id, keep_runs)
             params = {"sid": session_id, "cutoff": _NO_CUTOFF if cutoff is None else cutoff}
             candidates = conn.execute(_TRIM_CANDIDATES, {**params, "keep": keep_chars})
-            now, changes = utcnow(), []
+            changes: list[dict[str, Any]] = []
             # Decoded a batch at a time: one validation call per batch, memory
             # bounded by a batch of (possibly huge) outputs.
             for rows in candidates.partitions(_TRIM_BATCH):
@@ -350,9 +351,9 @@ class SQLSession(SQLStore):
                     short = trim_entry(entry, keep_chars)
                     if short is not None:
                         doc = entry_to_json(short)
-                        changes.append({"sid": session_id, "seq": sequence, "doc": doc, "now": now})
+                        changes.append({"seq": sequence, "doc": doc})
             if changes:
-                conn.execute(_TRIM, changes)
+                _TRIM.execute(conn, {"sid": session_id, "now": utcnow()}, changes)
             return len(changes)
 
         return await self.database.write(work)
@@ -428,27 +429,40 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
     return out
 
 
+_SEGMENT_KEYS_BELOW = (
+    select(m.sequence, m.run_id, m.request_id)
+    .where(m.session_id == bindparam("sid"), m.sequence < bindparam("below"))
+    .order_by(m.sequence.desc())
+    .limit(bindparam("size", type_=Integer))
+)
+
+
 def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
-    """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
+    """The first sequence of the last ``keep_runs`` segments (None: keep nothing).
+
+    Read backwards in growing keyset pages: the last few segments are usually
+    a few dozen rows, and a server driver would otherwise fetch the whole
+    session's keys.
+    """
     if keep_runs == 0:
         return None
-    rows = conn.execute(
-        select(m.sequence, m.run_id, m.request_id)
-        .where(m.session_id == session_id)
-        .order_by(m.sequence.desc())
-    )
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
-    for sequence, run_id, request_id in rows:
-        if (run_id, request_id) != key:
-            if seen == keep_runs:
-                rows.close()
-                return first
-            seen += 1
-            key = (run_id, request_id)
-        first = sequence
-    return 0
+    below, size = _NO_CUTOFF, 64
+    while True:
+        params = {"sid": session_id, "below": below, "size": size}
+        rows = conn.execute(_SEGMENT_KEYS_BELOW, params).all()
+        for sequence, run_id, request_id in rows:
+            if (run_id, request_id) != key:
+                if seen == keep_runs:
+                    return first
+                seen += 1
+                key = (run_id, request_id)
+            first = sequence
+        if len(rows) < size:
+            return 0
+        below, size = rows[-1].sequence, min(size * 4, 4096)
 
 
 # Rewind's statements, built once (a rewind runs up to nine of them).
