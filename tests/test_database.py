@@ -262,3 +262,38 @@ def test_prepared_statements_follow_the_schema_translate_map() -> None:
         assert statement.execute(placed, {"store": "s"}).all() == [("s", 1)]
     assert "FROM lovia_schema" in seen[-2] and "FROM main.lovia_schema" in seen[-1]
     engine.dispose()
+
+
+async def test_queued_sqlite_writes_share_a_commit_and_fail_alone(tmp_path: Path) -> None:
+    """Writes that queue while the writer thread is busy commit together (one COMMIT
+    for several), yet each is all-or-nothing on its own: one that raises is rolled
+    back alone, and a duplicate run id sees the run stored earlier in the batch."""
+    from sqlalchemy import event
+
+    db = Database(tmp_path / "group.db")
+    store = SQLSession(db)
+    await store.load("warm-up")
+    commits: list[int] = []
+    event.listen(db.engine, "commit", lambda _conn: commits.append(1))
+
+    def failing(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO lovia_schema (store, version) VALUES ('stray', 1)"))
+        raise RuntimeError("boom")
+
+    writes = [store.append(f"s{i}", a_run(str(i)), run_id=f"r{i}") for i in range(12)]
+    writes.insert(5, db.write(failing))
+    writes += [store.append("s0", a_run("0"), run_id="r0") for _ in range(3)]
+    outcomes = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(outcomes[5], RuntimeError)
+    expected = [f"r{i}" for i in range(12)] + ["r0"] * 3
+    assert [outcome for i, outcome in enumerate(outcomes) if i != 5] == expected
+    assert len(commits) < len(writes)  # some writes shared a COMMIT
+    for i in range(12):
+        assert [s.run_id for s in await store.segments(f"s{i}")] == [f"r{i}"]
+
+    def strays(conn: Connection) -> int:
+        query = text("SELECT count(*) FROM lovia_schema WHERE store = 'stray'")
+        return int(conn.execute(query).scalar_one())
+
+    assert await db.read(strays) == 0
+    await db.close()

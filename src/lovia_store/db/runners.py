@@ -8,7 +8,8 @@ transaction:
   the whole transaction runs in a worker thread on a pysqlite connection, so an
   operation costs one thread hop, not one per statement. Writes go to a single
   writer thread (SQLite has one writer per file; queueing in-process beats
-  spinning in the busy handler), reads to a few reader threads.
+  spinning in the busy handler), which commits the writes queued meanwhile
+  together; reads go to a few reader threads.
 - ``AsyncRunner`` (PostgreSQL, MySQL, or any ``AsyncEngine`` a caller passes):
   the work function runs under ``AsyncConnection.run_sync`` on the running
   loop's engine; connections never cross event loops.
@@ -17,8 +18,9 @@ transaction:
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -70,6 +72,66 @@ def _transaction(conn: Connection, work: Work[T], begin: str | None = None) -> T
         return result
     except DBAPIError as exc:
         raise _Failed(exc, committing) from exc
+
+
+class _WriteJob(Future[T]):
+    """A write waiting for the SQLite writer thread, and its outcome."""
+
+    def __init__(self, work: Work[T]) -> None:
+        super().__init__()
+        self.work = work
+
+
+def _run_batch(engine: Engine, batch: list[_WriteJob[Any]]) -> None:
+    """Run queued writes in one BEGIN IMMEDIATE ... COMMIT, each under a savepoint.
+
+    Every outcome, a write's own failure included, is reported after the
+    COMMIT: a write may have seen an earlier one of the batch (a run id found
+    already stored, say), so if the COMMIT fails they all fail with it.
+    """
+    jobs = [job for job in batch if job.set_running_or_notify_cancel()]
+    outcomes: list[tuple[_WriteJob[Any], Any, BaseException | None]] = []
+    try:
+        try:
+            conn = engine.connect()
+        except DBAPIError as exc:
+            raise _Failed(exc, committing=False) from exc
+        with conn:
+            committing = False
+            try:
+                transaction = conn.begin()
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                for job in jobs:
+                    savepoint = conn.begin_nested()
+                    try:
+                        outcomes.append((job, job.work(conn), None))
+                    except BaseException as exc:
+                        savepoint.rollback()
+                        if isinstance(exc, DBAPIError):
+                            wrapped = _Failed(exc, committing=False)
+                            wrapped.__cause__ = exc
+                            outcomes.append((job, None, wrapped))
+                        else:
+                            outcomes.append((job, None, exc))
+                    else:
+                        savepoint.commit()
+                committing = True
+                try:
+                    transaction.commit()
+                except DBAPIError:
+                    conn.invalidate()  # as in _transaction: never pool a connection holding locks
+                    raise
+            except DBAPIError as exc:
+                raise _Failed(exc, committing) from exc
+    except BaseException as exc:  # nothing of the batch committed
+        for job in jobs:
+            job.set_exception(exc)
+        return
+    for job, result, error in outcomes:
+        if error is None:
+            job.set_result(result)
+        else:
+            job.set_exception(error)
 
 
 class Runner:
@@ -133,6 +195,8 @@ class ThreadRunner(Runner):
         )
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
         self._closed = False
+        self._queue: list[_WriteJob[Any]] = []
+        self._queue_lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
         self._readers = (
@@ -149,9 +213,40 @@ class ThreadRunner(Runner):
         with conn:
             return _transaction(conn, work, "BEGIN IMMEDIATE" if write else "BEGIN")
 
+    def _write_batch(self) -> None:
+        """Run every write queued so far (in order) as one transaction: group commit.
+
+        Writes that arrive while the writer thread is busy (committing, say)
+        queue up and share the next commit, so concurrent writers pay one
+        fsync between them instead of one each. Each write runs under its own
+        savepoint: one that raises is rolled back alone and fails alone; the
+        others still commit. Every write's caller hears back only after the
+        shared COMMIT, so it is as durable as before. A write queued alone runs
+        exactly as it did before (no savepoint).
+        """
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        if len(batch) == 1:
+            job = batch[0]
+            if job.set_running_or_notify_cancel():
+                try:
+                    job.set_result(self._call(job.work, True))
+                except BaseException as exc:
+                    job.set_exception(exc)
+        elif batch:
+            _run_batch(self.engine, batch)
+
     async def run(self, work: Work[T], *, write: bool) -> T:
-        executor = self._writer if write else self._readers
-        future = asyncio.get_running_loop().run_in_executor(executor, self._call, work, write)
+        loop = asyncio.get_running_loop()
+        if write:
+            job: _WriteJob[T] = _WriteJob(work)
+            with self._queue_lock:
+                self._queue.append(job)
+            # The job's own future reports its outcome; the batch's is not awaited.
+            self._writer.submit(self._write_batch)
+            future: asyncio.Future[T] = asyncio.wrap_future(job, loop=loop)
+        else:
+            future = loop.run_in_executor(self._readers, self._call, work, write)
         future.add_done_callback(_retrieve)
         try:
             # A cancelled caller stops waiting, but a write it asked for still
