@@ -141,7 +141,9 @@ class Runner:
     url: URL
     engine: Any
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
+        """Run ``work`` as one transaction; ``single_statement`` (reads only) allows
+        running it without one where a lone statement is its own snapshot."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -236,7 +238,8 @@ class ThreadRunner(Runner):
         elif batch:
             _run_batch(self.engine, batch)
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
+        # single_statement is ignored: BEGIN and COMMIT cost SQLite next to nothing.
         loop = asyncio.get_running_loop()
         if write:
             job: _WriteJob[T] = _WriteJob(work)
@@ -279,10 +282,14 @@ class _LoopEngines:
         self.write = engine
         # Reads that take several statements must see one snapshot; PostgreSQL's
         # default READ COMMITTED would not give it.
+        postgresql = engine.dialect.name == "postgresql"
         self.read = (
-            engine.execution_options(isolation_level="REPEATABLE READ")
-            if engine.dialect.name == "postgresql"
-            else engine
+            engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else engine
+        )
+        # A lone statement is its own snapshot: no BEGIN/COMMIT round trips for it.
+        # (Not on MySQL, where switching autocommit is itself a round trip.)
+        self.read_one = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else self.read
         )
         self.inflight: set[asyncio.Task[Any]] = set()
         # Reads run in their callers' tasks; closing waits until none is running.
@@ -320,9 +327,9 @@ class AsyncRunner(Runner):
             found = self._loops[loop] = _LoopEngines(engine)
         return found
 
-    async def _once(self, engines: _LoopEngines, work: Work[T], write: bool) -> T:
+    async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
         try:
-            async with (engines.write if write else engines.read).connect() as conn:
+            async with engine.connect() as conn:
                 return await conn.run_sync(_transaction, work)
         except _Failed as failed:
             raise translate(
@@ -331,13 +338,14 @@ class AsyncRunner(Runner):
         except DBAPIError as exc:  # could not connect: nothing was sent
             raise translate(exc, _display(self.url), committing=False) from exc
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()
         if not write:
-            return await engines.reading(self._once(engines, work, write))
+            engine = engines.read_one if single_statement else engines.read
+            return await engines.reading(self._once(engine, work))
         # The write runs in its own task, shielded from the caller's cancellation,
         # so it commits or rolls back whole.
-        task = asyncio.ensure_future(self._once(engines, work, write))
+        task = asyncio.ensure_future(self._once(engines.write, work))
         engines.inflight.add(task)
         task.add_done_callback(_forget(engines.inflight))
         return await asyncio.shield(task)

@@ -250,7 +250,7 @@ class SQLSession(SQLStore):
         def work(conn: Connection) -> Sequence[str | bytes]:
             return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
-        return entries_from_json_rows(await self.database.read(work))
+        return entries_from_json_rows(await self.database.read(work, single_statement=True))
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
@@ -275,7 +275,7 @@ class SQLSession(SQLStore):
                 params = {"sid": session_id, "after": after, "size": size}
                 return conn.execute(_BATCH, params).all()
 
-            rows = await self.database.read(work)
+            rows = await self.database.read(work, single_statement=True)
             for entry in entries_from_json_rows([row.entry_json for row in rows]):
                 yield entry
             if len(rows) < size:
