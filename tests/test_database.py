@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import Backend
+from conftest import SERVER_KINDS, Backend
 from helpers import a_run
 from lovia_store import (
     ConflictError,
@@ -191,3 +191,109 @@ async def test_a_second_event_loop_gets_its_own_connections(sql_backend: Backend
     assert await asyncio.to_thread(in_thread) == 8
     assert [s.run_id for s in await store.segments("s")] == ["main", "thread"]
     await store.close()
+
+
+async def _drop_other_connections(url: str) -> int:
+    """Have the server close every connection to this database but the caller's."""
+    killer = Database(url)
+
+    def kill(conn: Connection) -> int:
+        if conn.dialect.name == "postgresql":
+            query = (
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(conn.execute(text(query)).scalar_one())
+        query = (
+            "SELECT id FROM information_schema.processlist "
+            "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        )
+        ids = conn.execute(text(query)).scalars().all()
+        for connection_id in ids:
+            conn.execute(text(f"KILL {int(connection_id)}"))
+        return len(ids)
+
+    try:
+        return await killer.read_unchecked(kill)
+    finally:
+        await killer.close()
+
+
+async def test_connections_the_server_dropped_are_replaced(sql_backend: Backend) -> None:
+    """No pre-ping by default: a pooled connection the server closed fails before
+    anything is sent for commit, and the call is retried on a fresh connection."""
+    if sql_backend.kind not in SERVER_KINDS:
+        pytest.skip("server databases only")
+    assert sql_backend.target is not None
+    db = Database(sql_backend.target, pool_size=3, max_overflow=0)
+    store = SQLSession(db)
+    try:
+        await asyncio.gather(*(store.append(f"s{i}", a_run(f"r{i}")) for i in range(3)))
+        assert await _drop_other_connections(sql_backend.target) >= 1
+        assert len(await store.load("s0")) == 4
+        await store.append("s1", a_run("again"), run_id="again")
+        assert [len(await store.load(f"s{i}")) for i in range(3)] == [4, 8, 4]
+    finally:
+        await db.close()
+
+
+def test_prepared_statements_follow_the_schema_translate_map() -> None:
+    """Hot statements are compiled once, but still land in the schema an engine's
+    ``schema_translate_map`` names (how tables are placed in a named schema)."""
+    from sqlalchemy import bindparam, create_engine, event
+
+    from lovia_store.db.prepared import Prepared
+
+    statement = Prepared(
+        schema_versions.select().where(schema_versions.c.store == bindparam("store"))
+    )
+    engine = create_engine("sqlite://")
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def record(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        seen.append(sql)
+
+    with engine.connect() as conn:
+        conn.execute(text("CREATE TABLE lovia_schema (store TEXT, version INTEGER)"))
+        conn.execute(text("INSERT INTO lovia_schema VALUES ('s', 1)"))
+        assert statement.execute(conn, {"store": "s"}).all() == [("s", 1)]
+        placed = conn.execution_options(schema_translate_map={None: "main"})
+        assert statement.execute(placed, {"store": "s"}).all() == [("s", 1)]
+    assert "FROM lovia_schema" in seen[-2] and "FROM main.lovia_schema" in seen[-1]
+    engine.dispose()
+
+
+async def test_queued_sqlite_writes_share_a_commit_and_fail_alone(tmp_path: Path) -> None:
+    """Writes that queue while the writer thread is busy commit together (one COMMIT
+    for several), yet each is all-or-nothing on its own: one that raises is rolled
+    back alone, and a duplicate run id sees the run stored earlier in the batch."""
+    from sqlalchemy import event
+
+    db = Database(tmp_path / "group.db")
+    store = SQLSession(db)
+    await store.load("warm-up")
+    commits: list[int] = []
+    event.listen(db.engine, "commit", lambda _conn: commits.append(1))
+
+    def failing(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO lovia_schema (store, version) VALUES ('stray', 1)"))
+        raise RuntimeError("boom")
+
+    writes = [store.append(f"s{i}", a_run(str(i)), run_id=f"r{i}") for i in range(12)]
+    writes.insert(5, db.write(failing))
+    writes += [store.append("s0", a_run("0"), run_id="r0") for _ in range(3)]
+    outcomes = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(outcomes[5], RuntimeError)
+    expected = [f"r{i}" for i in range(12)] + ["r0"] * 3
+    assert [outcome for i, outcome in enumerate(outcomes) if i != 5] == expected
+    assert len(commits) < len(writes)  # some writes shared a COMMIT
+    for i in range(12):
+        assert [s.run_id for s in await store.segments(f"s{i}")] == [f"r{i}"]
+
+    def strays(conn: Connection) -> int:
+        query = text("SELECT count(*) FROM lovia_schema WHERE store = 'stray'")
+        return int(conn.execute(query).scalar_one())
+
+    assert await db.read(strays) == 0
+    await db.close()

@@ -21,9 +21,9 @@ def count_reads(store: SQLSession) -> list[int]:
     calls = [0]
     read = store.database.read
 
-    async def counting(work: Any) -> Any:
+    async def counting(work: Any, **options: Any) -> Any:
         calls[0] += 1
-        return await read(work)
+        return await read(work, **options)
 
     store.database.read = counting  # type: ignore[method-assign]
     return calls

@@ -1,8 +1,8 @@
 """The few statements whose SQL differs by dialect: upserts, insert-if-absent, the clock.
 
-Each statement is built once per dialect with bound parameters and reused, so
-the hot paths pay neither statement construction nor cache-key generation on
-every call.
+Each statement is built and compiled once per dialect (``Prepared``), so the
+hot paths pay neither statement construction nor SQLAlchemy's per-execution
+parameter handling on every call.
 """
 
 from __future__ import annotations
@@ -18,21 +18,32 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from .prepared import Prepared
 from .tables import sessions
 from .types import UTCDateTime
 
-__all__ = ["MYSQL", "Bumped", "bump_session", "db_clock_ms", "insert_ignore", "upsert"]
+__all__ = [
+    "MYSQL",
+    "Bumped",
+    "bump_params",
+    "bump_session",
+    "bump_statement",
+    "db_clock_ms",
+    "insert_ignore",
+    "upsert",
+]
 
 MYSQL = ("mysql", "mariadb")
 _DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
 
 
 @cache
-def _insert_ignore(dialect: str, table: Table) -> Executable:
+def _insert_ignore(dialect: str, table: Table, columns: tuple[str, ...]) -> Prepared:
+    values: dict[str, Any] = {name: bindparam(name) for name in columns}
     if dialect in MYSQL:
-        return table.insert().prefix_with("IGNORE")
+        return Prepared(table.insert().prefix_with("IGNORE").values(values))
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing()
+    return Prepared(insert(table).values(values).on_conflict_do_nothing())
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
@@ -41,8 +52,8 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     The uniqueness check happens inside the insert (never read-then-write),
     so racing writers settle on the constraint.
     """
-    result = conn.execute(_insert_ignore(conn.dialect.name, table), values)
-    return bool(result.rowcount == 1)
+    statement = _insert_ignore(conn.dialect.name, table, tuple(values))
+    return bool(statement.execute(conn, values).rowcount == 1)
 
 
 class Bumped(NamedTuple):
@@ -76,7 +87,10 @@ def upsert(
 
 
 @cache
-def _bump(dialect: str) -> Executable:
+def bump_statement(dialect: str) -> Executable:
+    """The upsert behind ``bump_session``, with its bound parameters: ``sid``,
+    ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
+    SQLite it returns ``last_sequence, run_count, parent_session_id``."""
     now = bindparam("now", type_=UTCDateTime())
     values = {
         "session_id": bindparam("sid"),
@@ -96,7 +110,27 @@ def _bump(dialect: str) -> Executable:
     return upsert(dialect, sessions, values, bumps, _RETURNED)
 
 
-_BUMPED = select(*_RETURNED).where(c.session_id == bindparam("sid"))
+@cache
+def _bump(dialect: str) -> Prepared:
+    return Prepared(bump_statement(dialect))
+
+
+_BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
+
+
+def bump_params(
+    session_id: str,
+    *,
+    messages: int,
+    runs: int,
+    now: datetime,
+    create: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``bump_statement`` (see ``bump_session``)."""
+    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
+    params.update(_DISPLAY)
+    params.update(create or {})
+    return params
 
 
 def bump_session(
@@ -116,12 +150,10 @@ def bump_session(
     Returns the last reserved sequence and run position, and the row's parent
     (so a caller can refuse a parent that differs from the stored one).
     """
-    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
-    params.update(_DISPLAY)
-    params.update(create or {})
-    result = conn.execute(_bump(conn.dialect.name), params)
+    params = bump_params(session_id, messages=messages, runs=runs, now=now, create=create)
+    result = _bump(conn.dialect.name).execute(conn, params)
     if conn.dialect.name in MYSQL:  # no RETURNING: the row is locked, read it back
-        result = conn.execute(_BUMPED, {"sid": session_id})
+        result = _BUMPED.execute(conn, {"sid": session_id})
     row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])
 

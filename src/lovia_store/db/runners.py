@@ -8,7 +8,8 @@ transaction:
   the whole transaction runs in a worker thread on a pysqlite connection, so an
   operation costs one thread hop, not one per statement. Writes go to a single
   writer thread (SQLite has one writer per file; queueing in-process beats
-  spinning in the busy handler), reads to a few reader threads.
+  spinning in the busy handler), which commits the writes queued meanwhile
+  together; reads go to a few reader threads.
 - ``AsyncRunner`` (PostgreSQL, MySQL, or any ``AsyncEngine`` a caller passes):
   the work function runs under ``AsyncConnection.run_sync`` on the running
   loop's engine; connections never cross event loops.
@@ -17,8 +18,9 @@ transaction:
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -34,7 +36,6 @@ __all__ = ["AsyncRunner", "Runner", "ThreadRunner", "Work"]
 T = TypeVar("T")
 Work = Callable[[Connection], T]
 
-_WRITE = "lovia_write"
 _READERS = 3
 
 
@@ -46,11 +47,15 @@ class _Failed(Exception):
         self.committing = committing
 
 
-def _transaction(conn: Connection, work: Work[T]) -> T:
+def _transaction(conn: Connection, work: Work[T], begin: str | None = None) -> T:
+    """Run ``work`` in one transaction on ``conn``; ``begin`` is SQL that opens it
+    (pysqlite with its own transaction handling off), None for the driver's own."""
     committing = False
     try:
         transaction = conn.begin()
         try:
+            if begin is not None:
+                conn.exec_driver_sql(begin)
             result = work(conn)
         except BaseException:
             transaction.rollback()
@@ -69,6 +74,66 @@ def _transaction(conn: Connection, work: Work[T]) -> T:
         raise _Failed(exc, committing) from exc
 
 
+class _WriteJob(Future[T]):
+    """A write waiting for the SQLite writer thread, and its outcome."""
+
+    def __init__(self, work: Work[T]) -> None:
+        super().__init__()
+        self.work = work
+
+
+def _run_batch(engine: Engine, batch: list[_WriteJob[Any]]) -> None:
+    """Run queued writes in one BEGIN IMMEDIATE ... COMMIT, each under a savepoint.
+
+    Every outcome, a write's own failure included, is reported after the
+    COMMIT: a write may have seen an earlier one of the batch (a run id found
+    already stored, say), so if the COMMIT fails they all fail with it.
+    """
+    jobs = [job for job in batch if job.set_running_or_notify_cancel()]
+    outcomes: list[tuple[_WriteJob[Any], Any, BaseException | None]] = []
+    try:
+        try:
+            conn = engine.connect()
+        except DBAPIError as exc:
+            raise _Failed(exc, committing=False) from exc
+        with conn:
+            committing = False
+            try:
+                transaction = conn.begin()
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                for job in jobs:
+                    savepoint = conn.begin_nested()
+                    try:
+                        outcomes.append((job, job.work(conn), None))
+                    except BaseException as exc:
+                        savepoint.rollback()
+                        if isinstance(exc, DBAPIError):
+                            wrapped = _Failed(exc, committing=False)
+                            wrapped.__cause__ = exc
+                            outcomes.append((job, None, wrapped))
+                        else:
+                            outcomes.append((job, None, exc))
+                    else:
+                        savepoint.commit()
+                committing = True
+                try:
+                    transaction.commit()
+                except DBAPIError:
+                    conn.invalidate()  # as in _transaction: never pool a connection holding locks
+                    raise
+            except DBAPIError as exc:
+                raise _Failed(exc, committing) from exc
+    except BaseException as exc:  # nothing of the batch committed
+        for job in jobs:
+            job.set_exception(exc)
+        return
+    for job, result, error in outcomes:
+        if error is None:
+            job.set_result(result)
+        else:
+            job.set_exception(error)
+
+
 class Runner:
     """What ``Database`` needs from a runner."""
 
@@ -76,7 +141,9 @@ class Runner:
     url: URL
     engine: Any
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
+        """Run ``work`` as one transaction; ``single_statement`` (reads only) allows
+        running it without one where a lone statement is its own snapshot."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -87,11 +154,13 @@ class Runner:
 
 
 def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeout: float) -> None:
-    """Pragmas on connect, and BEGIN IMMEDIATE for writes.
+    """Pragmas on connect, and pysqlite's own transaction handling turned off.
 
-    pysqlite's own transaction handling is turned off so that a write takes the
-    file's write lock at BEGIN: a deferred transaction that reads first and
-    writes later can fail with SQLITE_BUSY without ever waiting.
+    The transaction is begun by ``ThreadRunner`` itself (``BEGIN IMMEDIATE`` for
+    writes, so a write takes the file's write lock at BEGIN: a deferred
+    transaction that reads first and writes later can fail with SQLITE_BUSY
+    without ever waiting). This is a pool listener only: an engine-level
+    listener (such as ``begin``) would make every statement dispatch events.
     """
 
     @event.listens_for(engine, "connect")
@@ -104,11 +173,6 @@ def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeou
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(_WRITE, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 class ThreadRunner(Runner):
@@ -132,8 +196,9 @@ class ThreadRunner(Runner):
             url.set(drivername="sqlite+pysqlite"), echo=echo, **{**defaults, **options}
         )
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
-        self._write_engine = self.engine.execution_options(**{_WRITE: True})
         self._closed = False
+        self._queue: list[_WriteJob[Any]] = []
+        self._queue_lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
         self._readers = (
@@ -143,17 +208,48 @@ class ThreadRunner(Runner):
         )
 
     def _call(self, work: Work[T], write: bool) -> T:
-        engine = self._write_engine if write else self.engine
         try:
-            conn = engine.connect()
+            conn = self.engine.connect()
         except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
             raise _Failed(exc, committing=False) from exc
         with conn:
-            return _transaction(conn, work)
+            return _transaction(conn, work, "BEGIN IMMEDIATE" if write else "BEGIN")
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
-        executor = self._writer if write else self._readers
-        future = asyncio.get_running_loop().run_in_executor(executor, self._call, work, write)
+    def _write_batch(self) -> None:
+        """Run every write queued so far (in order) as one transaction: group commit.
+
+        Writes that arrive while the writer thread is busy (committing, say)
+        queue up and share the next commit, so concurrent writers pay one
+        fsync between them instead of one each. Each write runs under its own
+        savepoint: one that raises is rolled back alone and fails alone; the
+        others still commit. Every write's caller hears back only after the
+        shared COMMIT, so it is as durable as before. A write queued alone runs
+        exactly as it did before (no savepoint).
+        """
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        if len(batch) == 1:
+            job = batch[0]
+            if job.set_running_or_notify_cancel():
+                try:
+                    job.set_result(self._call(job.work, True))
+                except BaseException as exc:
+                    job.set_exception(exc)
+        elif batch:
+            _run_batch(self.engine, batch)
+
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
+        # single_statement is ignored: BEGIN and COMMIT cost SQLite next to nothing.
+        loop = asyncio.get_running_loop()
+        if write:
+            job: _WriteJob[T] = _WriteJob(work)
+            with self._queue_lock:
+                self._queue.append(job)
+            # The job's own future reports its outcome; the batch's is not awaited.
+            self._writer.submit(self._write_batch)
+            future: asyncio.Future[T] = asyncio.wrap_future(job, loop=loop)
+        else:
+            future = loop.run_in_executor(self._readers, self._call, work, write)
         future.add_done_callback(_retrieve)
         try:
             # A cancelled caller stops waiting, but a write it asked for still
@@ -183,13 +279,17 @@ class ThreadRunner(Runner):
 class _LoopEngines:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self.write = engine.execution_options(**{_WRITE: True})
+        self.write = engine
         # Reads that take several statements must see one snapshot; PostgreSQL's
         # default READ COMMITTED would not give it.
+        postgresql = engine.dialect.name == "postgresql"
         self.read = (
-            engine.execution_options(isolation_level="REPEATABLE READ")
-            if engine.dialect.name == "postgresql"
-            else engine
+            engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else engine
+        )
+        # A lone statement is its own snapshot: no BEGIN/COMMIT round trips for it.
+        # (Not on MySQL, where switching autocommit is itself a round trip.)
+        self.read_one = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else self.read
         )
         self.inflight: set[asyncio.Task[Any]] = set()
         # Reads run in their callers' tasks; closing waits until none is running.
@@ -227,9 +327,9 @@ class AsyncRunner(Runner):
             found = self._loops[loop] = _LoopEngines(engine)
         return found
 
-    async def _once(self, engines: _LoopEngines, work: Work[T], write: bool) -> T:
+    async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
         try:
-            async with (engines.write if write else engines.read).connect() as conn:
+            async with engine.connect() as conn:
                 return await conn.run_sync(_transaction, work)
         except _Failed as failed:
             raise translate(
@@ -238,13 +338,14 @@ class AsyncRunner(Runner):
         except DBAPIError as exc:  # could not connect: nothing was sent
             raise translate(exc, _display(self.url), committing=False) from exc
 
-    async def run(self, work: Work[T], *, write: bool) -> T:
+    async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()
         if not write:
-            return await engines.reading(self._once(engines, work, write))
+            engine = engines.read_one if single_statement else engines.read
+            return await engines.reading(self._once(engine, work))
         # The write runs in its own task, shielded from the caller's cancellation,
         # so it commits or rolls back whole.
-        task = asyncio.ensure_future(self._once(engines, work, write))
+        task = asyncio.ensure_future(self._once(engines.write, work))
         engines.inflight.add(task)
         task.add_done_callback(_forget(engines.inflight))
         return await asyncio.shield(task)
@@ -289,5 +390,14 @@ def _display(url: URL) -> str:
 
 
 def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> AsyncEngine:
-    defaults = {"pool_pre_ping": True, "pool_recycle": 1800}
+    """An engine for a server database; ``options`` override the pool defaults.
+
+    No ``pool_pre_ping`` by default: it costs a round trip on every checkout,
+    a noticeable share of a small operation. A pooled connection the server
+    dropped fails on its first statement, before anything could commit;
+    SQLAlchemy then invalidates the pool's older connections and ``Database``
+    retries the operation on a fresh one. ``pool_recycle`` reopens connections
+    before proxies' idle limits close them.
+    """
+    defaults = {"pool_pre_ping": False, "pool_recycle": 1800}
     return create_async_engine(url, echo=echo, **{**defaults, **options})

@@ -240,7 +240,9 @@ class SQLSessionStorage(SQLStore):
                 offset=offset,
             )
 
-        return records_from_rows(await self.database.read(work))
+        # Without an offset a page is one statement (see fetch_page).
+        rows = await self.database.read(work, single_statement=not offset)
+        return records_from_rows(rows)
 
     async def load(self, session_id: str) -> SessionView:
         """The latest snapshot and every raw message after its boundary, in order.

@@ -13,14 +13,32 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Integer, bindparam, delete, func, select, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Connection,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.dml import Insert
 
 from .._json import load_object
-from ..db.dialect import bump_session, insert_ignore
+from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignore
+from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.types import UTCDateTime, utcnow
+from ..db.types import UTCDateTime, utcnow, utf8_bytes
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -44,17 +62,87 @@ __all__ = ["SQLSession", "SQLiteSession"]
 
 m = messages.c
 r = session_runs.c
-_INSERT_MESSAGES = messages.insert()
+# One row per entry; the first four values are shared by every row of a run.
+_MESSAGE_COLUMNS = (
+    *("session_id", "request_id", "run_id", "created_at"),
+    *("sequence", "entry_type", "call_id", "entry_json"),
+)
+_INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
+_RUN_COLUMNS = (
+    *("session_id", "run_id", "position", "first_sequence"),
+    *("entry_count", "meta_json", "created_at"),
+)
+
+
+def _append_in_one_statement() -> Prepared:
+    """PostgreSQL: a whole append as one statement (one round trip, not three).
+
+    Data-modifying CTEs: the session counter bump (which takes the row lock
+    that serializes appends to one session), the run row, then the entries,
+    numbered from the run's first sequence. The statement returns the run's
+    first sequence, or no row when the run id is already stored (the caller
+    then rolls the bump back).
+    """
+    bump = cast(Insert, bump_statement("postgresql")).cte("bump")
+    sid = bindparam("sid", type_=String())
+    run_id = bindparam("run_id", type_=String())
+    count = bindparam("messages", type_=BigInteger())
+    now = bindparam("now", type_=UTCDateTime())
+    one = literal_column("1", BigInteger())
+    run = (
+        postgresql.insert(session_runs)
+        .from_select(
+            list(_RUN_COLUMNS),
+            select(
+                sid,
+                run_id,
+                bump.c.run_count,
+                bump.c.last_sequence - count + one,
+                count,
+                bindparam("meta_json", type_=Text()),
+                now,
+            ),
+        )
+        .on_conflict_do_nothing()
+        .returning(r.first_sequence)
+        .cte("run")
+    )
+    entries = func.unnest(
+        bindparam("entry_types", type_=ARRAY(String())),
+        bindparam("call_ids", type_=ARRAY(String())),
+        bindparam("documents", type_=ARRAY(Text())),
+    ).table_valued("entry_type", "call_id", "entry_json", with_ordinality="ordinality")
+    entries = entries.render_derived(name="given")
+    rows = messages.insert().from_select(
+        list(_MESSAGE_COLUMNS),
+        select(
+            sid,
+            run_id,
+            run_id,
+            now,
+            run.c.first_sequence + entries.c.ordinality - one,
+            entries.c.entry_type,
+            entries.c.call_id,
+            entries.c.entry_json,
+        ).select_from(run.join(entries, true())),
+    )
+    return Prepared(select(run.c.first_sequence).add_cte(rows.cte("entries")))
+
+
+_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+
 # Reads built once with bound parameters (no construction or cache key per call).
-_LOAD = select(m.entry_json).where(m.session_id == bindparam("sid")).order_by(m.sequence)
+# Entry documents are read as UTF-8 bytes where the database allows (see utf8_bytes).
+_DOCUMENT = utf8_bytes(m.entry_json).label("entry_json")
+_LOAD = select(_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
-    select(m.sequence, m.entry_json)
+    select(m.sequence, _DOCUMENT)
     .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
     .order_by(m.sequence)
     .limit(bindparam("size", type_=Integer))
 )
 _SEGMENT_ROWS = (
-    select(m.request_id, m.run_id, m.entry_json)
+    select(m.request_id, m.run_id, _DOCUMENT)
     .where(m.session_id == bindparam("sid"))
     .order_by(m.sequence)
 )
@@ -62,7 +150,7 @@ _SEGMENT_ROWS = (
 # is recognised (the closing quote follows the sentinel in the stored JSON).
 _NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
-_TRIM_CANDIDATES = select(m.sequence, m.entry_json).where(
+_TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
     m.session_id == bindparam("sid"),
     m.sequence < bindparam("cutoff"),
     m.entry_type == "tool_result",
@@ -71,12 +159,12 @@ _TRIM_CANDIDATES = select(m.sequence, m.entry_json).where(
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
 # space would not be reclaimed.
-_TRIM = (
+_TRIM = Prepared(
     update(messages)
     .where(m.session_id == bindparam("sid"), m.sequence == bindparam("seq"))
     .values(
         entry_json=bindparam("doc"),
-        envelope_json=None,
+        envelope_json=null(),
         updated_at=bindparam("now", type_=UTCDateTime()),
     )
 )
@@ -91,6 +179,62 @@ class _AlreadyStored(Exception):
     """Rolls back an append whose run id is already stored (the idempotent no-op)."""
 
 
+def _store_run(
+    conn: Connection,
+    session_id: str,
+    run_id: str,
+    meta_json: str | None,
+    entries: Sequence[TranscriptEntry],
+    documents: Sequence[str],
+) -> bool:
+    """Write one run and its entries; False (with the session already bumped: roll
+    back) when the run id is stored. One statement on PostgreSQL, three elsewhere."""
+    now = utcnow()
+    count = len(entries)
+    bump = bump_params(session_id, messages=count, runs=1, now=now)
+    if conn.dialect.name == "postgresql":
+        params = {
+            **bump,
+            "run_id": run_id,
+            "meta_json": meta_json,
+            "entry_types": [entry.type for entry in entries],
+            "call_ids": [getattr(entry, "call_id", None) for entry in entries],
+            "documents": documents,
+        }
+        return _APPEND_IN_ONE_STATEMENT.execute(conn, params).first() is not None
+    bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
+    first = bumped.last_sequence - count + 1
+    run = {
+        "session_id": session_id,
+        "run_id": run_id,
+        "position": bumped.run_count,
+        "first_sequence": first,
+        "entry_count": count,
+        "meta_json": meta_json,
+        "created_at": now,
+    }
+    if not insert_ignore(conn, session_runs, run):
+        return False
+    if entries:
+        shared = {
+            "session_id": session_id,
+            "request_id": run_id,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        rows = [
+            {
+                "sequence": first + i,
+                "entry_type": entry.type,
+                "call_id": getattr(entry, "call_id", None),
+                "entry_json": document,
+            }
+            for i, (entry, document) in enumerate(zip(entries, documents, strict=True))
+        ]
+        _INSERT_MESSAGES.execute(conn, shared, rows)
+    return True
+
+
 class SQLSession(SQLStore):
     """Lovia sessions on any SQL backend; see ``Session`` for the contract."""
 
@@ -103,10 +247,10 @@ class SQLSession(SQLStore):
         """Every entry of the session, in order (the flat view of ``segments``)."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> Sequence[str]:
+        def work(conn: Connection) -> Sequence[str | bytes]:
             return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
-        return entries_from_json_rows(await self.database.read(work))
+        return entries_from_json_rows(await self.database.read(work, single_statement=True))
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
@@ -131,7 +275,7 @@ class SQLSession(SQLStore):
                 params = {"sid": session_id, "after": after, "size": size}
                 return conn.execute(_BATCH, params).all()
 
-            rows = await self.database.read(work)
+            rows = await self.database.read(work, single_statement=True)
             for entry in entries_from_json_rows([row.entry_json for row in rows]):
                 yield entry
             if len(rows) < size:
@@ -162,41 +306,10 @@ class SQLSession(SQLStore):
         """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
         run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
         documents = [entry_to_json(entry) for entry in stored]
-        count = len(stored)
 
         def work(conn: Connection) -> None:
-            now = utcnow()
-            bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
-            last, position = bumped.last_sequence, bumped.run_count
-            first = last - count + 1
-            run = {
-                "session_id": session_id,
-                "run_id": run_id,
-                "position": position,
-                "first_sequence": first,
-                "entry_count": count,
-                "meta_json": meta_json,
-                "created_at": now,
-            }
-            if not insert_ignore(conn, session_runs, run):
+            if not _store_run(conn, session_id, run_id, meta_json, stored, documents):
                 raise _AlreadyStored
-            if stored:
-                conn.execute(
-                    _INSERT_MESSAGES,
-                    [
-                        {
-                            "session_id": session_id,
-                            "sequence": first + i,
-                            "request_id": run_id,
-                            "run_id": run_id,
-                            "entry_type": entry.type,
-                            "call_id": getattr(entry, "call_id", None),
-                            "entry_json": document,
-                            "created_at": now,
-                        }
-                        for i, (entry, document) in enumerate(zip(stored, documents, strict=True))
-                    ],
-                )
 
         with contextlib.suppress(_AlreadyStored):
             await self.database.write(work)
@@ -228,7 +341,7 @@ class SQLSession(SQLStore):
             cutoff = _first_kept_sequence(conn, session_id, keep_runs)
             params = {"sid": session_id, "cutoff": _NO_CUTOFF if cutoff is None else cutoff}
             candidates = conn.execute(_TRIM_CANDIDATES, {**params, "keep": keep_chars})
-            now, changes = utcnow(), []
+            changes: list[dict[str, Any]] = []
             # Decoded a batch at a time: one validation call per batch, memory
             # bounded by a batch of (possibly huge) outputs.
             for rows in candidates.partitions(_TRIM_BATCH):
@@ -238,9 +351,9 @@ class SQLSession(SQLStore):
                     short = trim_entry(entry, keep_chars)
                     if short is not None:
                         doc = entry_to_json(short)
-                        changes.append({"sid": session_id, "seq": sequence, "doc": doc, "now": now})
+                        changes.append({"seq": sequence, "doc": doc})
             if changes:
-                conn.execute(_TRIM, changes)
+                _TRIM.execute(conn, {"sid": session_id, "now": utcnow()}, changes)
             return len(changes)
 
         return await self.database.write(work)
@@ -316,51 +429,96 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
     return out
 
 
+_SEGMENT_KEYS_BELOW = (
+    select(m.sequence, m.run_id, m.request_id)
+    .where(m.session_id == bindparam("sid"), m.sequence < bindparam("below"))
+    .order_by(m.sequence.desc())
+    .limit(bindparam("size", type_=Integer))
+)
+
+
 def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
-    """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
+    """The first sequence of the last ``keep_runs`` segments (None: keep nothing).
+
+    Read backwards in growing keyset pages: the last few segments are usually
+    a few dozen rows, and a server driver would otherwise fetch the whole
+    session's keys.
+    """
     if keep_runs == 0:
         return None
-    rows = conn.execute(
-        select(m.sequence, m.run_id, m.request_id)
-        .where(m.session_id == session_id)
-        .order_by(m.sequence.desc())
-    )
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
-    for sequence, run_id, request_id in rows:
-        if (run_id, request_id) != key:
-            if seen == keep_runs:
-                rows.close()
-                return first
-            seen += 1
-            key = (run_id, request_id)
-        first = sequence
-    return 0
+    below, size = _NO_CUTOFF, 64
+    while True:
+        params = {"sid": session_id, "below": below, "size": size}
+        rows = conn.execute(_SEGMENT_KEYS_BELOW, params).all()
+        for sequence, run_id, request_id in rows:
+            if (run_id, request_id) != key:
+                if seen == keep_runs:
+                    return first
+                seen += 1
+                key = (run_id, request_id)
+            first = sequence
+        if len(rows) < size:
+            return 0
+        below, size = rows[-1].sequence, min(size * 4, 4096)
+
+
+# Rewind's statements, built once (a rewind runs up to nine of them).
+_SID = bindparam("sid", type_=String())
+_CUT_ROW = (
+    select(m.sequence, m.run_id, m.request_id)
+    .where(m.session_id == _SID)
+    .order_by(m.sequence)
+    .limit(1)
+    .offset(bindparam("keep", type_=Integer))
+)
+_BEFORE_CUT = (
+    select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
+    .where(m.session_id == _SID, m.sequence < bindparam("cut"))
+    .order_by(m.sequence.desc())
+)
+_DELETE_TAIL = delete(messages).where(m.session_id == _SID, m.sequence >= bindparam("cut"))
+_DELETE_DANGLING = delete(messages).where(
+    m.session_id == _SID, m.sequence.in_(bindparam("dangling", expanding=True))
+)
+_LATER_RUNS = (r.session_id == _SID) & (r.first_sequence >= bindparam("cut"))
+_SELECT_LATER_RUNS = select(r.run_id).where(_LATER_RUNS)
+_DELETE_LATER_RUNS = delete(session_runs).where(_LATER_RUNS)
+_CUT_RUN = (r.session_id == _SID) & (r.run_id == bindparam("cut_run_id"))
+_SHORTEN_CUT_RUN = (
+    update(session_runs).where(_CUT_RUN).values(meta_json=None, entry_count=bindparam("remaining"))
+)
+_DELETE_CUT_RUN = delete(session_runs).where(_CUT_RUN)
+_DELETE_COVERING_SNAPSHOTS = delete(snapshots).where(
+    snapshots.c.session_id == _SID,
+    snapshots.c.compacted_through_sequence >= bindparam("lowest"),
+)
+_REWOUND_SESSION = (
+    update(sessions)
+    .where(sessions.c.session_id == _SID)
+    .values(
+        message_count=sessions.c.message_count - bindparam("removed"),
+        snapshot_version=select(func.coalesce(func.max(snapshots.c.version), 0))
+        .where(snapshots.c.session_id == _SID)
+        .scalar_subquery(),
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
+)
 
 
 def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
     ids of the runs the cut truncated or deleted."""
-    cut_row = (
-        conn.execute(
-            select(m.sequence, m.run_id, m.request_id)
-            .where(m.session_id == session_id)
-            .order_by(m.sequence)
-            .limit(1)
-            .offset(keep_entries)
-        )
-    ).first()
+    cut_row = conn.execute(_CUT_ROW, {"sid": session_id, "keep": keep_entries}).first()
     if cut_row is None:
         return 0, []
     cut = int(cut_row.sequence)
+    at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
-    before = conn.execute(
-        select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
-        .where(m.session_id == session_id, m.sequence < cut)
-        .order_by(m.sequence.desc())
-    )
+    before = conn.execute(_BEFORE_CUT, at_cut)
     kept_part: list[Any] = []
     for row in before:
         if (row.run_id, row.request_id) != (cut_row.run_id, cut_row.request_id):
@@ -373,47 +531,21 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         for row in kept_part
         if row.entry_type == "tool_call" and row.call_id not in answered
     ]
-    removed_tail = (
-        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence >= cut))
-    ).rowcount
+    removed = int(conn.execute(_DELETE_TAIL, at_cut).rowcount)
     if dangling:
-        conn.execute(delete(messages).where(m.session_id == session_id, m.sequence.in_(dangling)))
-    removed = int(removed_tail) + len(dangling)
-    later = (r.session_id == session_id) & (r.first_sequence >= cut)
-    touched = list((conn.execute(select(r.run_id).where(later))).scalars())
+        conn.execute(_DELETE_DANGLING, {"sid": session_id, "dangling": dangling})
+        removed += len(dangling)
+    touched = list(conn.execute(_SELECT_LATER_RUNS, at_cut).scalars())
     if cut_row.run_id is not None and cut_row.run_id not in touched:
         touched.append(cut_row.run_id)
-    conn.execute(delete(session_runs).where(later))
+    conn.execute(_DELETE_LATER_RUNS, at_cut)
     if cut_row.run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
-        boundary = (r.session_id == session_id) & (r.run_id == cut_row.run_id)
-        if remaining:
-            conn.execute(
-                update(session_runs).where(boundary).values(meta_json=None, entry_count=remaining)
-            )
-        else:
-            conn.execute(delete(session_runs).where(boundary))
+        cut_run = {"sid": session_id, "cut_run_id": cut_row.run_id, "remaining": remaining}
+        conn.execute(_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN, cut_run)
     lowest_removed = min([cut, *dangling])
-    conn.execute(
-        delete(snapshots).where(
-            snapshots.c.session_id == session_id,
-            snapshots.c.compacted_through_sequence >= lowest_removed,
-        )
-    )
-    latest_version = (
-        select(func.coalesce(func.max(snapshots.c.version), 0))
-        .where(snapshots.c.session_id == session_id)
-        .scalar_subquery()
-    )
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.session_id == session_id)
-        .values(
-            message_count=sessions.c.message_count - removed,
-            snapshot_version=latest_version,
-            updated_at=utcnow(),
-        )
-    )
+    conn.execute(_DELETE_COVERING_SNAPSHOTS, {"sid": session_id, "lowest": lowest_removed})
+    conn.execute(_REWOUND_SESSION, {"sid": session_id, "removed": removed, "now": utcnow()})
     return removed, touched
 
 
