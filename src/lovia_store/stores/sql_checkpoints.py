@@ -1,9 +1,9 @@
 """``SQLCheckpointer``: runs in flight as a mutable head row plus append-only entry rows.
 
-An append is two statements whatever the run's length: an upsert of the head
-that also reserves the entries' positions (the counter lives on the head row),
-and one multi-row insert of the new entries. Nothing earlier is read or
-rewritten, so the 2,000th step costs what the first did.
+An append is two statements whatever the run's length (one on PostgreSQL): an
+upsert of the head that also reserves the entries' positions (the counter lives
+on the head row), and one multi-row insert of the new entries. Nothing earlier
+is read or rewritten, so the 2,000th step costs what the first did.
 """
 
 from __future__ import annotations
@@ -11,12 +11,25 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Connection,
+    String,
+    Text,
+    bindparam,
+    delete,
+    func,
+    select,
+    true,
+)
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Insert
 
 from ..db.dialect import MYSQL, insert_ignore, upsert
+from ..db.prepared import Prepared
 from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
@@ -51,6 +64,7 @@ fx = tool_effects.c
 
 @cache
 def _upsert(dialect: str) -> Executable:
+    """Replace the head and reserve ``count`` positions; returns the run's entry count."""
     now = bindparam("now", type_=UTCDateTime())
     values = {
         "run_id": bindparam("run_id"),
@@ -69,23 +83,65 @@ def _upsert(dialect: str) -> Executable:
     return upsert(dialect, run_heads, values, changes, [h.entry_count])
 
 
-_COUNT = select(h.entry_count).where(h.run_id == bindparam("run_id"))
-_INSERT_ENTRIES = run_entries.insert()
+@cache
+def _prepared_upsert(dialect: str) -> Prepared:
+    return Prepared(_upsert(dialect))
 
 
-def _upsert_head(conn: Connection, run_id: str, head: RunHead, count: int) -> int:
-    """Replace the head and reserve ``count`` positions; returns the last one."""
+def _append_in_one_statement() -> Prepared:
+    """PostgreSQL: a step as one statement (one round trip, not two).
+
+    Data-modifying CTEs: the head upsert reserves the positions, then the
+    entries (unnested from an array) are numbered up to the count it returns.
+    """
+    head = cast(Insert, _upsert("postgresql")).cte("head")
+    documents = (
+        func.unnest(bindparam("documents", type_=ARRAY(Text())))
+        .table_valued("entry_json", with_ordinality="ordinality")
+        .render_derived(name="given")
+    )
+    count = bindparam("count", type_=BigInteger())
+    rows = run_entries.insert().from_select(
+        ["run_id", "position", "entry_json"],
+        select(
+            bindparam("run_id", type_=String()),
+            head.c.entry_count - count + documents.c.ordinality,
+            documents.c.entry_json,
+        ).select_from(head.join(documents, true())),
+    )
+    return Prepared(select(head.c.entry_count).add_cte(rows.cte("entries")))
+
+
+_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+_COUNT = Prepared(select(h.entry_count).where(h.run_id == bindparam("run_id")))
+_INSERT_ENTRIES = Prepared(
+    run_entries.insert().values({c: bindparam(c) for c in ("run_id", "position", "entry_json")})
+)
+
+
+def _append_step(conn: Connection, run_id: str, head: RunHead, documents: list[str]) -> None:
+    """Replace the head and add the entries at the positions its upsert reserved."""
     params = {
         "run_id": run_id,
         "status": head.status,
         "head_json": head.model_dump_json(),
-        "count": count,
+        "count": len(documents),
         "now": utcnow(),
     }
-    result = conn.execute(_upsert(conn.dialect.name), params)
-    if conn.dialect.name in MYSQL:  # no RETURNING: read the locked row back
-        result = conn.execute(_COUNT, {"run_id": run_id})
-    return int(result.scalar_one())
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": documents})
+        return
+    result = _prepared_upsert(dialect).execute(conn, params)
+    if dialect in MYSQL:  # no RETURNING: read the locked row back
+        result = _COUNT.execute(conn, {"run_id": run_id})
+    last = int(result.scalar_one())
+    if documents:
+        first = last - len(documents) + 1
+        rows = [
+            {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
+        ]
+        _INSERT_ENTRIES.execute(conn, {"run_id": run_id}, rows)
 
 
 def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
@@ -130,16 +186,7 @@ class SQLCheckpointer(SQLStore):
         def work(conn: Connection) -> None:
             if lease is not None:
                 sql_leases.guard(conn, lease)
-            last = _upsert_head(conn, run_id, head, len(documents))
-            if documents:
-                first = last - len(documents) + 1
-                conn.execute(
-                    _INSERT_ENTRIES,
-                    [
-                        {"run_id": run_id, "position": first + i, "entry_json": document}
-                        for i, document in enumerate(documents)
-                    ],
-                )
+            _append_step(conn, run_id, head, documents)
 
         await self.database.write(work)
 
