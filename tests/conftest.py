@@ -178,6 +178,13 @@ async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
         yield value
 
 
+@pytest.fixture(params=SERVER_KINDS)
+async def server_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Every server backend (PostgreSQL, MariaDB)."""
+    async for value in _backend(request.param, tmp_path):
+        yield value
+
+
 @pytest.fixture
 def legacy_copy(tmp_path: Path) -> Callable[[str], Path]:
     """Copy a legacy fixture into a writable folder (shared/ is read-only in CI)."""

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import SERVER_KINDS, Backend
+from conftest import Backend
 from helpers import a_run
 from lovia_store import (
     ConflictError,
@@ -219,17 +219,15 @@ async def _drop_other_connections(url: str) -> int:
         await killer.close()
 
 
-async def test_connections_the_server_dropped_are_replaced(sql_backend: Backend) -> None:
+async def test_connections_the_server_dropped_are_replaced(server_backend: Backend) -> None:
     """No pre-ping by default: a pooled connection the server closed fails before
     anything is sent for commit, and the call is retried on a fresh connection."""
-    if sql_backend.kind not in SERVER_KINDS:
-        pytest.skip("server databases only")
-    assert sql_backend.target is not None
-    db = Database(sql_backend.target, pool_size=3, max_overflow=0)
+    assert server_backend.target is not None
+    db = Database(server_backend.target, pool_size=3, max_overflow=0)
     store = SQLSession(db)
     try:
         await asyncio.gather(*(store.append(f"s{i}", a_run(f"r{i}")) for i in range(3)))
-        assert await _drop_other_connections(sql_backend.target) >= 1
+        assert await _drop_other_connections(server_backend.target) >= 1
         assert len(await store.load("s0")) == 4
         await store.append("s1", a_run("again"), run_id="again")
         assert [len(await store.load(f"s{i}")) for i in range(3)] == [4, 8, 4]
