@@ -49,15 +49,20 @@ def server_url(variable: str) -> str:
     return url
 
 
-async def _pg_admin(sql: str) -> None:
+async def connect_pg_admin() -> asyncpg.Connection:
+    """A plain asyncpg connection to the database the test URL names."""
     url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
-    conn = await asyncpg.connect(
+    return await asyncpg.connect(
         host=url.host,
         port=url.port or 5432,
         user=url.username,
         password=url.password,
         database=url.database,
     )
+
+
+async def _pg_admin(sql: str) -> None:
+    conn = await connect_pg_admin()
     try:
         await conn.execute(sql)
     finally:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncpg
 import pytest
 from sqlalchemy import Connection, select, text
 from sqlalchemy.engine import make_url
@@ -32,6 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import lovia_store
 from conftest import (
+    connect_pg_admin,
     create_mysql_database,
     create_pg_database,
     drop_mysql_database,
@@ -677,14 +677,7 @@ class ServerConnections:
     async def __aenter__(self) -> ServerConnections:
         # The database the test URL names (or none), not the fresh one being counted.
         if self.postgres:
-            url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
-            self._admin = await asyncpg.connect(
-                host=url.host,
-                port=url.port or 5432,
-                user=url.username,
-                password=url.password,
-                database=url.database,
-            )
+            self._admin = await connect_pg_admin()
         else:
             import asyncmy
 
