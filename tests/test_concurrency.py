@@ -45,6 +45,7 @@ from lovia_store import (
     InputEntry,
     LoviaStoreError,
     RunHead,
+    RunInProgressError,
     SnapshotConflictError,
     SQLCheckpointer,
     SQLSession,
@@ -180,6 +181,25 @@ async def _race_snapshot(
             except Exception as error:
                 outcomes.append(f"{type(error).__module__}.{type(error).__name__}: {error}")
             barrier.wait(timeout=BARRIER_TIMEOUT)  # the round is over for everyone
+    return outcomes
+
+
+async def _race_lease(index: int, barrier: Barrier, target: Target, rounds: int) -> list[str]:
+    """Each round, every worker tries to take run lease-{k}; name the outcome."""
+    outcomes = []
+    async with target.database() as db:
+        store = SQLCheckpointer(db)
+        await store.list_runs()
+        for k in range(rounds):
+            barrier.wait(timeout=BARRIER_TIMEOUT)
+            try:
+                lease = await store.acquire_lease(f"lease-{k}", ttl=60)
+                outcomes.append(f"won {lease.token}")
+            except RunInProgressError:
+                outcomes.append("in progress")
+            except Exception as error:
+                outcomes.append(f"{type(error).__module__}.{type(error).__name__}: {error}")
+            barrier.wait(timeout=BARRIER_TIMEOUT)
     return outcomes
 
 
@@ -536,6 +556,17 @@ async def test_eight_processes_snapshotting_one_version_let_exactly_one_win(
     assert view.snapshot.compacted_message.content == f"{rounds - 1}:{winners[-1]}"
     assert view.snapshot.compacted_through_sequence == rounds
     assert [record.sequence for record in view.raw_tail] == [rounds + 1]
+
+
+async def test_eight_processes_racing_for_a_run_leave_one_holder(
+    target: Target, workers: Workers
+) -> None:
+    """Run leases across 8 processes: one holder per run, RunInProgressError for the rest."""
+    rounds = 3
+    outcomes = await workers.run(PROCESSES, _race_lease, target, rounds)
+    for k in range(rounds):
+        this_round = [mine[k] for mine in outcomes]
+        assert sorted(this_round) == ["in progress"] * (PROCESSES - 1) + ["won 1"], this_round
 
 
 async def test_checkpoint_readers_see_head_and_entries_of_one_transaction(
