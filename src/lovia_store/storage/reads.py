@@ -8,6 +8,8 @@ is the k-th message, and skipping ``offset`` messages after ``after_sequence``
 is the key condition ``sequence > after_sequence + offset``: one index seek on
 the ``(session_id, sequence)`` primary key. A session that ``rewind`` cut has
 holes; there the page falls back to ``OFFSET`` over the same index range.
+Where the dialect takes subqueries in LIMIT/OFFSET (SQLite, PostgreSQL), the
+density check rides in the page's own statement.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Executable, Integer, bindparam, select
+from sqlalchemy import BigInteger, Connection, Executable, Integer, bindparam, case, select
 
 from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
 from .records import RECORD_COLUMNS, SNAPSHOT_COLUMNS, records_from_rows, snapshot_from_row
 
-__all__ = ["Found", "fetch_page", "fetch_view", "page_query", "view_from"]
+__all__ = ["Found", "fetch_page", "fetch_view", "offset_page_query", "page_query", "view_from"]
 
 m = messages.c
 s = sessions.c
@@ -42,6 +44,29 @@ _PAGE = (
     .offset(bindparam("skip", type_=Integer))
 )
 _DENSITY = select(s.last_sequence, s.message_count).where(s.session_id == bindparam("sid"))
+
+
+def _by_density(dense: Any, holed: Any) -> Any:
+    """``dense`` for a session that never lost a message, else ``holed`` (NULL: no session)."""
+    dense_log = s.message_count == s.last_sequence
+    chosen = case((dense_log, dense), else_=holed)
+    return select(chosen).where(s.session_id == bindparam("sid")).scalar_subquery()
+
+
+_SKIP = bindparam("skip", type_=Integer)
+_LOWER = bindparam("lower", type_=BigInteger)
+_OFFSET_PAGE = (
+    select(*RECORD_COLUMNS)
+    .where(
+        m.session_id == bindparam("sid"),
+        m.sequence > _by_density(_LOWER + _SKIP, _LOWER),
+        m.sequence <= bindparam("through"),
+    )
+    .order_by(m.sequence)
+    .limit(bindparam("limit", type_=Integer))
+    .offset(_by_density(0, _SKIP))
+)
+"""A page at an offset in one statement: the density check is a subquery."""
 _HEAD = select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
     s.session_id == bindparam("sid")
 )
@@ -75,6 +100,13 @@ def page_query(
     return _PAGE.params(_page_params(session_id, lower, through, limit, skip))
 
 
+def offset_page_query(
+    session_id: str, *, after: int, through: int | None, limit: int, offset: int
+) -> Executable:
+    """The one statement ``fetch_page`` runs at an offset on SQLite and PostgreSQL."""
+    return _OFFSET_PAGE.params(_page_params(session_id, after, through, limit, offset))
+
+
 def fetch_page(
     conn: Connection,
     session_id: str,
@@ -87,15 +119,21 @@ def fetch_page(
     """One page, read in the caller's (read) transaction.
 
     Without an offset the page is a key range whatever the log's shape: one
-    statement. With one, the session row says whether the log is dense.
+    statement. With one, the session row says whether the log is dense: in
+    the same statement where the dialect allows, else in one before it.
     """
     lower, skip = after_sequence, offset
+    if offset and after_sequence + offset >= _MAX_KEY:
+        return []
+    if offset and conn.dialect.name in ("sqlite", "postgresql"):
+        params = _page_params(session_id, lower, through_sequence, limit, skip)
+        return conn.execute(_OFFSET_PAGE, params).all()
     if offset:
         density = conn.execute(_DENSITY, {"sid": session_id}).first()
         if density is None:
             return []
         if density.message_count == density.last_sequence:
-            lower, skip = min(after_sequence + offset, _MAX_KEY), 0
+            lower, skip = after_sequence + offset, 0
     if through_sequence is not None and lower >= through_sequence:
         return []
     params = _page_params(session_id, lower, through_sequence, limit, skip)

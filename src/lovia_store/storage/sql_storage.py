@@ -240,8 +240,9 @@ class SQLSessionStorage(SQLStore):
                 offset=offset,
             )
 
-        # Without an offset a page is one statement (see fetch_page).
-        rows = await self.database.read(work, single_statement=not offset)
+        # One statement, except at an offset on MySQL (see fetch_page).
+        single = not offset or self.database.dialect in ("sqlite", "postgresql")
+        rows = await self.database.read(work, single_statement=single)
         return records_from_rows(rows)
 
     async def load(self, session_id: str) -> SessionView:
