@@ -23,7 +23,15 @@ from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
 from .records import RECORD_COLUMNS, SNAPSHOT_COLUMNS, records_from_rows, snapshot_from_row
 
-__all__ = ["Found", "fetch_page", "fetch_view", "offset_page_query", "page_query", "view_from"]
+__all__ = [
+    "Found",
+    "fetch_page",
+    "fetch_view",
+    "offset_page_query",
+    "page_is_one_statement",
+    "page_query",
+    "view_from",
+]
 
 m = messages.c
 s = sessions.c
@@ -100,6 +108,12 @@ def page_query(
     return _PAGE.params(_page_params(session_id, lower, through, limit, skip))
 
 
+def page_is_one_statement(dialect: str, offset: int) -> bool:
+    """Whether ``fetch_page`` runs one statement: always without an offset, and
+    with one where the dialect takes subqueries in LIMIT/OFFSET."""
+    return not offset or dialect in ("sqlite", "postgresql")
+
+
 def offset_page_query(
     session_id: str, *, after: int, through: int | None, limit: int, offset: int
 ) -> Executable:
@@ -125,7 +139,7 @@ def fetch_page(
     lower, skip = after_sequence, offset
     if offset and after_sequence + offset >= _MAX_KEY:
         return []
-    if offset and conn.dialect.name in ("sqlite", "postgresql"):
+    if offset and page_is_one_statement(conn.dialect.name, offset):
         params = _page_params(session_id, lower, through_sequence, limit, skip)
         return conn.execute(_OFFSET_PAGE, params).all()
     if offset:

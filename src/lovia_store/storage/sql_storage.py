@@ -35,7 +35,7 @@ from .models import (
     SessionSummary,
     SessionView,
 )
-from .reads import fetch_page, fetch_view, view_from
+from .reads import fetch_page, fetch_view, page_is_one_statement, view_from
 from .records import SUMMARY_COLUMNS, records_from_rows, summary_from_row
 from .rules import (
     MAX_AGENT_NAME,
@@ -240,8 +240,7 @@ class SQLSessionStorage(SQLStore):
                 offset=offset,
             )
 
-        # One statement, except at an offset on MySQL (see fetch_page).
-        single = not offset or self.database.dialect in ("sqlite", "postgresql")
+        single = page_is_one_statement(self.database.dialect, offset)
         rows = await self.database.read(work, single_statement=single)
         return records_from_rows(rows)
 

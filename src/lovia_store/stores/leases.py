@@ -27,6 +27,7 @@ __all__ = [
     "RunLeases",
     "check_ttl",
     "holder_is_gone",
+    "lease_for",
     "this_holder",
 ]
 
@@ -89,6 +90,16 @@ def check_lease(lease: Any) -> RunLease:
     if not isinstance(lease, RunLease):
         raise UserError(f"lease must be a RunLease, not {type(lease).__name__}")
     return lease
+
+
+def lease_for(lease: Any, run_id: str) -> RunLease | None:
+    """A lease passed with a write (or None): it must be this run's."""
+    if lease is None:
+        return None
+    checked = check_lease(lease)
+    if checked.run_id != run_id:
+        raise UserError(f"lease is for run {checked.run_id!r}, not {run_id!r}")
+    return checked
 
 
 def from_epoch_ms(ms: int) -> datetime:

@@ -25,7 +25,15 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
-from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, from_epoch_ms, this_holder
+from .leases import (
+    DEFAULT_LEASE_TTL,
+    RunLease,
+    check_lease,
+    check_ttl,
+    from_epoch_ms,
+    lease_for,
+    this_holder,
+)
 from .segments import check_id
 
 __all__ = ["InMemoryCheckpointer"]
@@ -129,12 +137,11 @@ class InMemoryCheckpointer:
 
     def _fence(self, lease: RunLease | None, run_id: str) -> None:
         """A write under a lease renews it, or is refused (the caller holds the lock)."""
+        lease = lease_for(lease, run_id)
         if lease is not None:
             self._guard(lease, run_id)
 
     def _guard(self, lease: RunLease, run_id: str) -> RunLease:
-        if check_lease(lease).run_id != run_id:
-            raise UserError(f"lease is for run {lease.run_id!r}, not {run_id!r}")
         held = self._leases.get(run_id)
         if held is None or held.lease_id != lease.lease_id:
             raise RunOwnershipLost(run_id=run_id, token=lease.token)

@@ -39,7 +39,6 @@ from ..entries import (
     entries_from_json_rows,
     entry_to_json,
 )
-from ..errors import UserError
 from . import sql_leases
 from .checkpoint_models import (
     RunHead,
@@ -51,7 +50,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
-from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl
+from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
 from .segments import check_id
 from .sql_base import SQLStore, StoreTarget
 
@@ -153,15 +152,6 @@ def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
         sql_leases.drop_idle(conn, list(run_ids))
 
 
-def _guarded(lease: RunLease | None, run_id: str) -> RunLease | None:
-    """Check a lease passed with a write: it must be this run's."""
-    if lease is None:
-        return None
-    if check_lease(lease).run_id != run_id:
-        raise UserError(f"lease is for run {lease.run_id!r}, not {run_id!r}")
-    return lease
-
-
 class SQLCheckpointer(SQLStore):
     """Run checkpoints on any SQL backend; see ``Checkpointer`` for the contract."""
 
@@ -180,12 +170,11 @@ class SQLCheckpointer(SQLStore):
         check_id(run_id, "run_id")
         batch = check_entries(entries)
         check_head(head)
-        lease = _guarded(lease, run_id)
+        lease = lease_for(lease, run_id)
         documents = [entry_to_json(entry) for entry in batch]
 
         def work(conn: Connection) -> None:
-            if lease is not None:
-                sql_leases.guard(conn, lease)
+            sql_leases.fence(conn, lease)
             _append_step(conn, run_id, head, documents)
 
         await self.database.write(work)
@@ -208,11 +197,10 @@ class SQLCheckpointer(SQLStore):
 
     async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
         check_id(run_id, "run_id")
-        lease = _guarded(lease, run_id)
+        lease = lease_for(lease, run_id)
 
         def work(conn: Connection) -> None:
-            if lease is not None:
-                sql_leases.guard(conn, lease)
+            sql_leases.fence(conn, lease)
             delete_runs(conn, [run_id])
 
         await self.database.write(work)
@@ -300,11 +288,10 @@ class SQLCheckpointer(SQLStore):
         self, run_id: str, call_id: str, tool_name: str, *, lease: RunLease | None = None
     ) -> None:
         """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
-        lease = _guarded(lease, run_id)
+        lease = lease_for(lease, run_id)
 
         def work(conn: Connection) -> None:
-            if lease is not None:
-                sql_leases.guard(conn, lease)
+            sql_leases.fence(conn, lease)
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
 
         await self.database.write(work)
@@ -324,11 +311,10 @@ class SQLCheckpointer(SQLStore):
         Under ``lease`` the lease is checked first, so a worker that lost the
         run never commits the effect.
         """
-        lease = _guarded(lease, run_id)
+        lease = lease_for(lease, run_id)
 
         def transaction(conn: Connection) -> Any:
-            if lease is not None:
-                sql_leases.guard(conn, lease)
+            sql_leases.fence(conn, lease)
             value = _as_host(conn, work)
             document = outcome(value).model_dump_json()
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))

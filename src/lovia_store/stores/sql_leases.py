@@ -19,7 +19,7 @@ from ..db.tables import run_heads, run_leases
 from ..errors import RunInProgressError, RunOwnershipLost
 from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
 
-__all__ = ["acquire", "drop_idle", "guard", "release"]
+__all__ = ["acquire", "drop_idle", "fence", "guard", "release"]
 
 le = run_leases.c
 _NOW = select(db_clock_ms())
@@ -80,7 +80,7 @@ def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
 def guard(conn: Connection, lease: RunLease) -> RunLease:
     """Renew ``lease`` inside the caller's transaction, or refuse the whole write."""
     params = _params(lease) | {"ttl_ms": _ms(lease.ttl)}
-    if conn.dialect.name == "postgresql" or conn.dialect.name == "sqlite":
+    if conn.dialect.name in ("postgresql", "sqlite"):
         expires = conn.execute(_RENEW, params).scalar()
     elif conn.execute(_RENEW_NO_RETURNING, params).rowcount == 1:
         expires = conn.execute(_EXPIRES, {"run_id": lease.run_id}).scalar()
@@ -89,6 +89,12 @@ def guard(conn: Connection, lease: RunLease) -> RunLease:
     if expires is None:
         raise RunOwnershipLost(run_id=lease.run_id, token=lease.token)
     return lease.model_copy(update={"expires_at": from_epoch_ms(int(expires))})
+
+
+def fence(conn: Connection, lease: RunLease | None) -> None:
+    """What a write under ``lease`` does first; a write without one is not fenced."""
+    if lease is not None:
+        guard(conn, lease)
 
 
 def release(conn: Connection, lease: RunLease) -> None:
