@@ -11,19 +11,67 @@ shares (the session, the run, the timestamp) are converted once.
 
 Results carry no column types: use it for statements whose returned columns
 need no result processing (integers, plain strings).
+
+On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
+(the SQLite engine lovia-store creates itself, unless it echoes SQL) the
+statement runs on the driver's cursor directly: for an append, SQLAlchemy's
+execution context costs as much as SQLite's own work. Driver errors are still
+wrapped as SQLAlchemy's ``DBAPIError`` subclasses; what is skipped is echo
+logging and cursor events, which such an engine has none of.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, CursorResult
+from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable
 
-__all__ = ["Prepared"]
+__all__ = ["DRIVER_CURSOR", "Prepared", "Rows"]
+
+DRIVER_CURSOR = "lovia_store_driver_cursor"
+"""Execution option: run prepared statements on the driver's cursor."""
+
+
+class Rows(Protocol):
+    """What callers read from a prepared statement's result."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def first(self) -> Any: ...
+
+    def one(self) -> Any: ...
+
+    def scalar_one(self) -> Any: ...
+
+
+class _DriverRows:
+    """The result of a statement run on the driver's cursor."""
+
+    __slots__ = ("_cursor", "rowcount")
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.rowcount: int = cursor.rowcount
+
+    def first(self) -> Any:
+        return self._cursor.fetchone()
+
+    def one(self) -> Any:
+        row = self._cursor.fetchone()
+        if row is None:
+            raise NoResultFound("No row was found when one was required")
+        if self._cursor.fetchone() is not None:
+            raise MultipleResultsFound("Multiple rows were found when exactly one was required")
+        return row
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
 
 
 class _Plan(NamedTuple):
@@ -45,9 +93,8 @@ class Prepared:
         self.statement = statement
         self._plans: WeakKeyDictionary[Dialect, dict[Any, _Plan]] = WeakKeyDictionary()
 
-    def _plan(self, conn: Connection) -> _Plan:
-        dialect = conn.dialect
-        translate = conn.get_execution_options().get("schema_translate_map")
+    def _plan(self, dialect: Dialect, options: Mapping[str, Any]) -> _Plan:
+        translate = options.get("schema_translate_map")
         key = tuple(sorted(translate.items(), key=repr)) if translate else None
         plans = self._plans.get(dialect)
         if plans is None:
@@ -78,22 +125,41 @@ class Prepared:
         conn: Connection,
         params: Mapping[str, Any],
         rows: Sequence[Mapping[str, Any]] | None = None,
-    ) -> CursorResult[*tuple[Any, ...]]:
+    ) -> Rows:
         """Run once with ``params``; or, given ``rows``, once per row (executemany)
         with ``params`` holding the values every row shares."""
-        plan = self._plan(conn)
+        options = conn.get_execution_options()
+        plan = self._plan(conn.dialect, options)
         processors = plan.processors
         shared = {
             name: processors[name](value) if name in processors else value
             for name, value in params.items()
         }
+        arguments: Any
         if rows is None:
-            return conn.exec_driver_sql(plan.sql, tuple([shared[name] for name in plan.names]))
-        converted = [name for name in rows[0] if name in processors] if rows else []
-        batch = []
-        for row in rows:
-            values = {**shared, **row}
-            for name in converted:
-                values[name] = processors[name](values[name])
-            batch.append(tuple([values[name] for name in plan.names]))
-        return conn.exec_driver_sql(plan.sql, batch)
+            arguments = tuple([shared[name] for name in plan.names])
+        else:
+            converted = [name for name in rows[0] if name in processors] if rows else []
+            arguments = []
+            for row in rows:
+                values = {**shared, **row}
+                for name in converted:
+                    values[name] = processors[name](values[name])
+                arguments.append(tuple([values[name] for name in plan.names]))
+        if options.get(DRIVER_CURSOR):
+            return _on_driver_cursor(conn, plan.sql, arguments, many=rows is not None)
+        return conn.exec_driver_sql(plan.sql, arguments)
+
+
+def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        if many:
+            cursor.executemany(sql, arguments)
+        else:
+            cursor.execute(sql, arguments)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        cursor.close()
+        error = conn.dialect.loaded_dbapi.Error
+        raise DBAPIError.instance(sql, arguments, exc, error, dialect=conn.dialect) from exc
+    return _DriverRows(cursor)

@@ -18,9 +18,10 @@ transaction:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -30,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from .errors import translate
+from .prepared import DRIVER_CURSOR
 
 __all__ = ["AsyncRunner", "Runner", "ThreadRunner", "Work"]
 
@@ -74,64 +76,72 @@ def _transaction(conn: Connection, work: Work[T], begin: str | None = None) -> T
         raise _Failed(exc, committing) from exc
 
 
-class _WriteJob(Future[T]):
-    """A write waiting for the SQLite writer thread, and its outcome."""
+class _Job:
+    """A unit of work handed to a SQLite thread, and the caller's future for its outcome.
 
-    def __init__(self, work: Work[T]) -> None:
-        super().__init__()
+    The thread settles the future on the caller's loop itself: one wake-up of the
+    loop per operation, no chain of futures in between. A caller that stopped
+    waiting (cancelled) is not told; its write still ran whole.
+    """
+
+    __slots__ = ("future", "loop", "work")
+
+    def __init__(self, work: Work[Any], loop: asyncio.AbstractEventLoop) -> None:
         self.work = work
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
 
 
-def _run_batch(engine: Engine, batch: list[_WriteJob[Any]]) -> None:
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+def _run_batch(conn: Connection, jobs: list[_Job]) -> None:
     """Run queued writes in one BEGIN IMMEDIATE ... COMMIT, each under a savepoint.
 
     Every outcome, a write's own failure included, is reported after the
     COMMIT: a write may have seen an earlier one of the batch (a run id found
-    already stored, say), so if the COMMIT fails they all fail with it.
+    already stored, say), so if the COMMIT fails they all fail with it, and
+    so does the exception raised here.
     """
-    jobs = [job for job in batch if job.set_running_or_notify_cancel()]
-    outcomes: list[tuple[_WriteJob[Any], Any, BaseException | None]] = []
+    outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+    committing = False
     try:
-        try:
-            conn = engine.connect()
-        except DBAPIError as exc:
-            raise _Failed(exc, committing=False) from exc
-        with conn:
-            committing = False
-            try:
-                transaction = conn.begin()
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-                for job in jobs:
-                    savepoint = conn.begin_nested()
-                    try:
-                        outcomes.append((job, job.work(conn), None))
-                    except BaseException as exc:
-                        savepoint.rollback()
-                        if isinstance(exc, DBAPIError):
-                            wrapped = _Failed(exc, committing=False)
-                            wrapped.__cause__ = exc
-                            outcomes.append((job, None, wrapped))
-                        else:
-                            outcomes.append((job, None, exc))
-                    else:
-                        savepoint.commit()
-                committing = True
-                try:
-                    transaction.commit()
-                except DBAPIError:
-                    conn.invalidate()  # as in _transaction: never pool a connection holding locks
-                    raise
-            except DBAPIError as exc:
-                raise _Failed(exc, committing) from exc
-    except BaseException as exc:  # nothing of the batch committed
+        transaction = conn.begin()
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
         for job in jobs:
-            job.set_exception(exc)
-        return
+            savepoint = conn.begin_nested()
+            try:
+                outcomes.append((job, job.work(conn), None))
+            except BaseException as exc:
+                savepoint.rollback()
+                if isinstance(exc, DBAPIError):
+                    wrapped = _Failed(exc, committing=False)
+                    wrapped.__cause__ = exc
+                    outcomes.append((job, None, wrapped))
+                else:
+                    outcomes.append((job, None, exc))
+            else:
+                savepoint.commit()
+        committing = True
+        try:
+            transaction.commit()
+        except DBAPIError:
+            conn.invalidate()  # as in _transaction: never keep a connection holding locks
+            raise
+    except DBAPIError as exc:
+        raise _Failed(exc, committing) from exc
     for job, result, error in outcomes:
-        if error is None:
-            job.set_result(result)
-        else:
-            job.set_exception(error)
+        job.settle(result, error)
 
 
 class Runner:
@@ -176,6 +186,13 @@ def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeou
 
 
 class ThreadRunner(Runner):
+    """SQLite through pysqlite in threads: one writer thread, a few reader threads.
+
+    The writer thread keeps one connection for its lifetime (no pool checkout
+    per write); a connection that failed is closed and the next write opens a
+    fresh one. Readers take pooled connections.
+    """
+
     def __init__(
         self,
         url: URL,
@@ -192,13 +209,18 @@ class ThreadRunner(Runner):
         defaults: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
         if memory:
             defaults["poolclass"] = StaticPool
+        # Our hot statements skip SQLAlchemy's execution context, unless SQL is echoed.
+        execution = {DRIVER_CURSOR: not echo, **options.get("execution_options", {})}
         self.engine = create_engine(
-            url.set(drivername="sqlite+pysqlite"), echo=echo, **{**defaults, **options}
+            url.set(drivername="sqlite+pysqlite"),
+            echo=echo,
+            **{**defaults, **options, "execution_options": execution},
         )
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
         self._closed = False
-        self._queue: list[_WriteJob[Any]] = []
+        self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
+        self._writer_connection: Connection | None = None  # used on the writer thread only
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
         self._readers = (
@@ -206,14 +228,45 @@ class ThreadRunner(Runner):
             if memory
             else ThreadPoolExecutor(_READERS, thread_name_prefix="lovia-sqlite-reader")
         )
+        self._read = self._on_writer_connection if memory else self._on_pooled_connection
 
-    def _call(self, work: Work[T], write: bool) -> T:
+    def _on_pooled_connection(self, job: _Job) -> None:
         try:
-            conn = self.engine.connect()
-        except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
-            raise _Failed(exc, committing=False) from exc
-        with conn:
-            return _transaction(conn, work, "BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                conn = self.engine.connect()
+            except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
+                raise _Failed(exc, committing=False) from exc
+            with conn:
+                result = _transaction(conn, job.work, "BEGIN")
+        except BaseException as exc:
+            job.settle(None, exc)
+        else:
+            job.settle(result, None)
+
+    def _connection(self) -> Connection:
+        """The writer thread's connection, opened on first use."""
+        if self._writer_connection is None:
+            try:
+                self._writer_connection = self.engine.connect()
+            except DBAPIError as exc:
+                raise _Failed(exc, committing=False) from exc
+        return self._writer_connection
+
+    def _drop_connection(self) -> None:
+        connection, self._writer_connection = self._writer_connection, None
+        if connection is not None:
+            connection.close()
+
+    def _on_writer_connection(self, job: _Job, begin: str = "BEGIN") -> None:
+        try:
+            result = _transaction(self._connection(), job.work, begin)
+        except _Failed as exc:
+            self._drop_connection()  # whatever state the driver left it in, start afresh
+            job.settle(None, exc)
+        except BaseException as exc:  # the work's own error: the transaction rolled back
+            job.settle(None, exc)
+        else:
+            job.settle(result, None)
 
     def _write_batch(self) -> None:
         """Run every write queued so far (in order) as one transaction: group commit.
@@ -229,36 +282,33 @@ class ThreadRunner(Runner):
         with self._queue_lock:
             batch, self._queue = self._queue, []
         if len(batch) == 1:
-            job = batch[0]
-            if job.set_running_or_notify_cancel():
-                try:
-                    job.set_result(self._call(job.work, True))
-                except BaseException as exc:
-                    job.set_exception(exc)
+            self._on_writer_connection(batch[0], "BEGIN IMMEDIATE")
         elif batch:
-            _run_batch(self.engine, batch)
+            try:
+                _run_batch(self._connection(), batch)
+            except BaseException as exc:  # nothing of the batch committed
+                self._drop_connection()
+                for job in batch:
+                    job.settle(None, exc)
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         # single_statement is ignored: BEGIN and COMMIT cost SQLite next to nothing.
-        loop = asyncio.get_running_loop()
+        job = _Job(work, asyncio.get_running_loop())
         if write:
-            job: _WriteJob[T] = _WriteJob(work)
             with self._queue_lock:
                 self._queue.append(job)
-            # The job's own future reports its outcome; the batch's is not awaited.
             self._writer.submit(self._write_batch)
-            future: asyncio.Future[T] = asyncio.wrap_future(job, loop=loop)
         else:
-            future = loop.run_in_executor(self._readers, self._call, work, write)
-        future.add_done_callback(_retrieve)
+            self._readers.submit(self._read, job)
         try:
             # A cancelled caller stops waiting, but a write it asked for still
-            # runs whole (shielded: a queued job would otherwise be dropped).
-            return await (asyncio.shield(future) if write else future)
+            # runs whole: the writer thread runs every queued job.
+            result: T = await job.future
         except _Failed as failed:
             raise translate(failed.error, _display(self.url), committing=failed.committing) from (
                 failed.error
             )
+        return result
 
     async def close_loop(self) -> None:
         """Wait for the writes already handed to the writer thread (it runs them in order)."""
@@ -269,6 +319,7 @@ class ThreadRunner(Runner):
         self._closed = True
 
         def shut() -> None:
+            self._writer.submit(self._drop_connection)
             self._writer.shutdown(wait=True)
             self._readers.shutdown(wait=True)
             self.engine.dispose()
@@ -369,11 +420,6 @@ class AsyncRunner(Runner):
         self._loops.clear()
         if self._owned:
             await self.engine.dispose()
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # an abandoned write's failure is not reported as lost
 
 
 def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
