@@ -13,6 +13,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from ..db.tables import messages, sessions, snapshots
+from ..db.types import utf8_bytes
 from ..entries import json_documents, name_unknown_entry
 from .ids import record_id
 from .models import (
@@ -54,7 +55,7 @@ RECORD_COLUMNS = (
     m.request_id,
     m.run_id,
     m.message_id,
-    m.entry_json,
+    utf8_bytes(m.entry_json).label("entry_json"),  # parsed by orjson: bytes skip a decode
     m.envelope_json,
     m.metadata_json,
     m.tags_json,
@@ -77,6 +78,7 @@ SNAPSHOT_COLUMNS = (
 
 _RECORD_NAMES = tuple(column.name for column in RECORD_COLUMNS)
 _ENTRY_JSON = _RECORD_NAMES.index("entry_json")
+_MEASURED = (*TIMING_FIELDS, *USAGE_FIELDS)  # the columns between tags_json and created_at
 
 _COMPACTED: TypeAdapter[CompactedMessage] = TypeAdapter(CompactedMessage)
 _RECORDS: TypeAdapter[list[RawMessageRecord]] = TypeAdapter(list[RawMessageRecord])
@@ -104,16 +106,13 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
 
     One validation per record, its entry included: cheaper than
     ``model_construct`` field by field in Python. Rows are read as plain tuples
-    in ``RECORD_COLUMNS`` order (named attribute access on a row costs more
-    than the rest of the conversion).
+    in ``RECORD_COLUMNS`` order and unpacked (named attribute access on a row,
+    or a dict per row rebuilt key by key, costs more than the validation).
     """
     if not rows:
         return []
     documents = json_documents([row[_ENTRY_JSON] for row in rows])
-    values = [
-        _record_values(dict(zip(_RECORD_NAMES, row, strict=True)), document)
-        for row, document in zip(rows, documents, strict=True)
-    ]
+    values = [_record_values(row, document) for row, document in zip(rows, documents, strict=True)]
     try:
         return _RECORDS.validate_python(values)
     except ValidationError:
@@ -121,20 +120,25 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
         raise
 
 
-def _record_values(values: dict[str, Any], message: Any) -> dict[str, Any]:
-    """One row's column values (consumed) as ``RawMessageRecord`` fields."""
-    created = values["created_at"]
+def _record_values(row: Any, message: Any) -> dict[str, Any]:
+    """One row (in ``RECORD_COLUMNS`` order) as ``RawMessageRecord`` fields."""
+    session_id, sequence, request_id, run_id, message_id, _, envelope, meta, tags = row[:9]
+    created, updated = row[-2:]
+    values = dict(zip(_MEASURED, row[9:-2], strict=True))
     if values["started_at"] is None:
         # A row written by lovia's own append has no timing: it reads as instantaneous.
         values.update(started_at=created, completed_at=created, duration_ns=0)
-    del values["entry_json"]
-    envelope = values.pop("envelope_json")
     values.update(
-        id=values.pop("message_id") or record_id(values["session_id"], values["sequence"]),
+        id=message_id or record_id(session_id, sequence),
+        session_id=session_id,
+        sequence=sequence,
+        request_id=request_id,
+        run_id=run_id,
         message=message,
-        metadata=_object(values.pop("metadata_json")),
-        tags=_object(values.pop("tags_json")),
-        updated_at=values["updated_at"] or created,
+        metadata=_object(meta),
+        tags=_object(tags),
+        created_at=created,
+        updated_at=updated or created,
         envelope=None if envelope is None else orjson.loads(envelope),
     )
     return values
