@@ -168,6 +168,29 @@ _TRIM = Prepared(
         updated_at=bindparam("now", type_=UTCDateTime()),
     )
 )
+
+
+def _trim_in_one_statement() -> Prepared:
+    """PostgreSQL: every shortened output written by one ``UPDATE ... FROM unnest``."""
+    given = (
+        func.unnest(
+            bindparam("seqs", type_=ARRAY(BigInteger())), bindparam("docs", type_=ARRAY(Text()))
+        )
+        .table_valued("seq", "doc")
+        .render_derived(name="given")
+    )
+    return Prepared(
+        update(messages)
+        .where(m.session_id == bindparam("sid"), m.sequence == given.c.seq)
+        .values(
+            entry_json=given.c.doc,
+            envelope_json=null(),
+            updated_at=bindparam("now", type_=UTCDateTime()),
+        )
+    )
+
+
+_TRIM_IN_ONE_STATEMENT = _trim_in_one_statement()
 _SEGMENT_RUNS = (
     select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
     .where(r.session_id == bindparam("sid"))
@@ -352,8 +375,13 @@ class SQLSession(SQLStore):
                     if short is not None:
                         doc = entry_to_json(short)
                         changes.append({"seq": sequence, "doc": doc})
-            if changes:
-                _TRIM.execute(conn, {"sid": session_id, "now": utcnow()}, changes)
+            shared = {"sid": session_id, "now": utcnow()}
+            if changes and conn.dialect.name == "postgresql":
+                seqs = [change["seq"] for change in changes]
+                docs = [change["doc"] for change in changes]
+                _TRIM_IN_ONE_STATEMENT.execute(conn, {**shared, "seqs": seqs, "docs": docs})
+            elif changes:
+                _TRIM.execute(conn, shared, changes)
             return len(changes)
 
         return await self.database.write(work)
