@@ -152,8 +152,8 @@ class Runner:
     engine: Any
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
-        """Run ``work`` as one transaction; ``single_statement`` (reads only) allows
-        running it without one where a lone statement is its own snapshot."""
+        """Run ``work`` as one transaction; ``single_statement`` allows running it
+        without one where a lone statement is atomic and its own snapshot."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -337,9 +337,9 @@ class _LoopEngines:
         self.read = (
             engine.execution_options(isolation_level="REPEATABLE READ") if postgresql else engine
         )
-        # A lone statement is its own snapshot: no BEGIN/COMMIT round trips for it.
-        # (Not on MySQL, where switching autocommit is itself a round trip.)
-        self.read_one = (
+        # A lone statement is atomic and its own snapshot: no BEGIN/COMMIT round
+        # trips for it. (Not on MySQL, where switching autocommit is itself a round trip.)
+        self.one_statement = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else self.read
         )
         self.inflight: set[asyncio.Task[Any]] = set()
@@ -392,11 +392,12 @@ class AsyncRunner(Runner):
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()
         if not write:
-            engine = engines.read_one if single_statement else engines.read
+            engine = engines.one_statement if single_statement else engines.read
             return await engines.reading(self._once(engine, work))
         # The write runs in its own task, shielded from the caller's cancellation,
         # so it commits or rolls back whole.
-        task = asyncio.ensure_future(self._once(engines.write, work))
+        engine = engines.one_statement if single_statement else engines.write
+        task = asyncio.ensure_future(self._once(engine, work))
         engines.inflight.add(task)
         task.add_done_callback(_forget(engines.inflight))
         return await asyncio.shield(task)

@@ -31,7 +31,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert
 
 from .._json import load_object
@@ -75,13 +75,13 @@ _RUN_COLUMNS = (
 
 
 def _append_in_one_statement() -> Prepared:
-    """PostgreSQL: a whole append as one statement (one round trip, not three).
+    """PostgreSQL: a whole append as one statement, run without BEGIN/COMMIT.
 
     Data-modifying CTEs: the session counter bump (which takes the row lock
     that serializes appends to one session), the run row, then the entries,
-    numbered from the run's first sequence. The statement returns the run's
-    first sequence, or no row when the run id is already stored (the caller
-    then rolls the bump back).
+    numbered from the run's first sequence. A run id already stored makes the
+    run row's insert, and with it the whole statement, fail (unique
+    violation): nothing of it stays, the bump included.
     """
     bump = cast(Insert, bump_statement("postgresql")).cte("bump")
     sid = bindparam("sid", type_=String())
@@ -90,7 +90,7 @@ def _append_in_one_statement() -> Prepared:
     now = bindparam("now", type_=UTCDateTime())
     one = literal_column("1", BigInteger())
     run = (
-        postgresql.insert(session_runs)
+        session_runs.insert()
         .from_select(
             list(_RUN_COLUMNS),
             select(
@@ -103,7 +103,6 @@ def _append_in_one_statement() -> Prepared:
                 now,
             ),
         )
-        .on_conflict_do_nothing()
         .returning(r.first_sequence)
         .cte("run")
     )
@@ -198,6 +197,11 @@ _SEGMENT_RUNS = (
 )
 
 
+_RUN_STORED = select(r.position).where(
+    r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")
+)
+
+
 class _AlreadyStored(Exception):
     """Rolls back an append whose run id is already stored (the idempotent no-op)."""
 
@@ -211,7 +215,8 @@ def _store_run(
     documents: Sequence[str],
 ) -> bool:
     """Write one run and its entries; False (with the session already bumped: roll
-    back) when the run id is stored. One statement on PostgreSQL, three elsewhere."""
+    back) when the run id is stored. One statement on PostgreSQL (which leaves
+    nothing behind when it finds the run id stored), three elsewhere."""
     now = utcnow()
     count = len(entries)
     bump = bump_params(session_id, messages=count, runs=1, now=now)
@@ -224,7 +229,13 @@ def _store_run(
             "call_ids": [getattr(entry, "call_id", None) for entry in entries],
             "documents": documents,
         }
-        return _APPEND_IN_ONE_STATEMENT.execute(conn, params).first() is not None
+        try:
+            _APPEND_IN_ONE_STATEMENT.execute(conn, params)
+        except IntegrityError:
+            if conn.execute(_RUN_STORED, {"sid": session_id, "run_id": run_id}).first() is None:
+                raise
+            return False
+        return True
     bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
     first = bumped.last_sequence - count + 1
     run = {
@@ -334,8 +345,9 @@ class SQLSession(SQLStore):
             if not _store_run(conn, session_id, run_id, meta_json, stored, documents):
                 raise _AlreadyStored
 
+        # On PostgreSQL the append is one statement, atomic and idempotent by run id.
         with contextlib.suppress(_AlreadyStored):
-            await self.database.write(work)
+            await self.database.write(work, single_statement=True)
         return run_id
 
     async def clear(self, session_id: str) -> None:
