@@ -262,6 +262,55 @@ def test_prepared_statements_follow_the_schema_translate_map() -> None:
     engine.dispose()
 
 
+def test_prepared_statements_on_the_driver_cursor() -> None:
+    """On the SQLite engine lovia-store makes, hot statements run on the driver's
+    cursor: the same results, and driver errors still arrive as SQLAlchemy's."""
+    from sqlalchemy import bindparam, create_engine
+    from sqlalchemy.exc import NoResultFound
+
+    from lovia_store.db.prepared import DRIVER_CURSOR, Prepared
+
+    insert = Prepared(
+        schema_versions.insert().values(store=bindparam("store"), version=bindparam("version"))
+    )
+    select_one = Prepared(
+        schema_versions.select().where(schema_versions.c.store == bindparam("store"))
+    )
+    engine = create_engine("sqlite://", execution_options={DRIVER_CURSOR: True})
+    with engine.connect() as conn:
+        conn.execute(text("CREATE TABLE lovia_schema (store TEXT PRIMARY KEY, version INTEGER)"))
+        rows = [{"store": "a"}, {"store": "b"}]
+        assert insert.execute(conn, {"version": 1}, rows).rowcount == 2
+        assert tuple(select_one.execute(conn, {"store": "a"}).one()) == ("a", 1)
+        assert select_one.execute(conn, {"store": "b"}).scalar_one() == "b"
+        assert select_one.execute(conn, {"store": "z"}).first() is None
+        with pytest.raises(NoResultFound):
+            select_one.execute(conn, {"store": "z"}).one()
+        with pytest.raises(IntegrityError) as caught:
+            insert.execute(conn, {"store": "a", "version": 2})
+        assert isinstance(caught.value.orig, sqlite3.IntegrityError)
+    engine.dispose()
+
+
+async def test_echo_shows_every_statement_the_writer_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``echo=True`` turns the driver-cursor path off, so the hot inserts are logged too."""
+    from lovia_store.db.prepared import DRIVER_CURSOR
+
+    async with Database(tmp_path / "quiet.db") as quiet:
+        assert quiet.engine.get_execution_options()[DRIVER_CURSOR] is True
+    async with Database(tmp_path / "echo.db", echo=True) as loud:
+        assert loud.engine.get_execution_options()[DRIVER_CURSOR] is False
+        store = SQLSession(loud)
+        await store.load("warm-up")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="sqlalchemy.engine"):
+            await store.append("s", a_run("1"), run_id="r1")
+        assert any("INSERT INTO lovia_messages" in record.getMessage() for record in caplog.records)
+        assert len(await store.load("s")) == len(a_run("1"))
+
+
 async def test_queued_sqlite_writes_share_a_commit_and_fail_alone(tmp_path: Path) -> None:
     """Writes that queue while the writer thread is busy commit together (one COMMIT
     for several), yet each is all-or-nothing on its own: one that raises is rolled

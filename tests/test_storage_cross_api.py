@@ -38,6 +38,21 @@ async def both(sql_backend: Backend) -> AsyncIterator[Both]:
         await db.close()
 
 
+async def test_a_replayed_run_id_leaves_no_trace(both: Both) -> None:
+    """The replay reserves nothing: the next run's sequences follow on, the log stays
+    dense (a deep page is still a key seek) and the counts agree."""
+    await both.session.append("s", a_run("1"), run_id="r1")
+    await both.session.append("s", a_run("other"), run_id="r1")
+    await both.session.append("s", a_run("2"), run_id="r2")
+    records = await both.storage.list_raw_messages("s")
+    assert [r.sequence for r in records] == list(range(1, 9))
+    assert [r.run_id for r in records] == ["r1"] * 4 + ["r2"] * 4
+    (summary,) = await both.storage.list_sessions()
+    assert summary.message_count == 8
+    deep = await both.storage.list_raw_messages("s", offset=6)
+    assert [r.sequence for r in deep] == [7, 8]
+
+
 async def test_runs_appended_by_lovia_are_raw_messages(both: Both) -> None:
     await both.session.append("s", a_run("1"), run_id="r1", meta={"m": 1})
     await both.session.append("s", a_run("2"), run_id="r2")
