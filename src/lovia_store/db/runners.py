@@ -29,6 +29,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.util import greenlet_spawn
 
 from .errors import translate
 from .prepared import DRIVER_CURSOR
@@ -380,8 +381,7 @@ class AsyncRunner(Runner):
 
     async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
         try:
-            async with engine.connect() as conn:
-                return await conn.run_sync(_transaction, work)
+            return await greenlet_spawn(_on_sync_engine, engine.sync_engine, work)
         except _Failed as failed:
             raise translate(
                 failed.error, _display(self.url), committing=failed.committing
@@ -421,6 +421,13 @@ class AsyncRunner(Runner):
         self._loops.clear()
         if self._owned:
             await self.engine.dispose()
+
+
+def _on_sync_engine(engine: Engine, work: Work[T]) -> T:
+    """Check out, run ``work`` as one transaction, check in: one greenlet for all
+    three (what ``AsyncConnection`` does in three, one per step)."""
+    with engine.connect() as conn:
+        return _transaction(conn, work)
 
 
 def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
