@@ -292,6 +292,56 @@ def test_prepared_statements_on_the_driver_cursor() -> None:
     engine.dispose()
 
 
+@pytest.mark.parametrize("target", ["file", ":memory:"])
+async def test_a_job_that_leaves_its_connection_odd_does_not_break_the_next(
+    tmp_path: Path, target: str
+) -> None:
+    """The SQLite writer keeps one connection between jobs; a job that closes it,
+    commits half-way or changes its options still leaves the next job a clean one."""
+    db = Database(tmp_path / "odd.db" if target == "file" else ":memory:")
+    store = SQLSession(db)
+    await store.load("warm-up")
+
+    def closes(conn: Connection) -> None:
+        conn.close()
+
+    def commits_half_way(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO lovia_schema (store, version) VALUES ('early', 1)"))
+        conn.commit()
+        conn.execute(text("INSERT INTO lovia_schema (store, version) VALUES ('late', 1)"))
+
+    def sets_options(conn: Connection) -> None:
+        conn.execution_options(schema_translate_map={None: "elsewhere"})
+
+    for index, odd in enumerate((closes, commits_half_way, sets_options)):
+        with contextlib.suppress(Exception):
+            await db.write(odd)
+        await store.append("s", a_run(str(index)), run_id=f"r{index}")
+    assert [segment.run_id for segment in await store.segments("s")] == ["r0", "r1", "r2"]
+    await db.close()
+
+
+async def test_driver_errors_hide_parameters_when_asked(tmp_path: Path) -> None:
+    from sqlalchemy import bindparam
+
+    from lovia_store.db.prepared import Prepared
+
+    insert = Prepared(
+        schema_versions.insert().values(store=bindparam("store"), version=bindparam("version"))
+    )
+    async with Database(tmp_path / "hidden.db", hide_parameters=True) as db:
+
+        def duplicate(conn: Connection) -> None:
+            insert.execute(conn, {"store": "secret-store-name", "version": 1})
+            insert.execute(conn, {"store": "secret-store-name", "version": 1})
+
+        with pytest.raises(ConflictError) as caught:
+            await db.write(duplicate)
+        assert isinstance(caught.value.__cause__, IntegrityError)
+        assert "secret-store-name" not in str(caught.value.__cause__)
+        assert "secret-store-name" not in str(caught.value)
+
+
 async def test_echo_shows_every_statement_the_writer_runs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,11 +13,13 @@ Results carry no column types: use it for statements whose returned columns
 need no result processing (integers, plain strings).
 
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
-(the SQLite engine lovia-store creates itself, unless it echoes SQL) the
+(the SQLite engine lovia-store creates itself, unless ``echo=True``) the
 statement runs on the driver's cursor directly: for an append, SQLAlchemy's
 execution context costs as much as SQLite's own work. Driver errors are still
-wrapped as SQLAlchemy's ``DBAPIError`` subclasses; what is skipped is echo
-logging and cursor events, which such an engine has none of.
+wrapped as SQLAlchemy's ``DBAPIError`` subclasses (``hide_parameters``
+honoured); what these statements skip is SQL logging and cursor events. The
+choice is made when the ``Database`` is created: to log or trace every
+statement, create it with ``echo=True``.
 """
 
 from __future__ import annotations
@@ -160,6 +162,13 @@ def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool)
             cursor.execute(sql, arguments)
     except conn.dialect.loaded_dbapi.Error as exc:
         cursor.close()
-        error = conn.dialect.loaded_dbapi.Error
-        raise DBAPIError.instance(sql, arguments, exc, error, dialect=conn.dialect) from exc
+        raise DBAPIError.instance(
+            sql,
+            arguments,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            hide_parameters=conn.engine.hide_parameters,
+            dialect=conn.dialect,
+            ismulti=many,
+        ) from exc
     return _DriverRows(cursor)

@@ -221,7 +221,9 @@ class ThreadRunner(Runner):
         self._closed = False
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
-        self._writer_connection: Connection | None = None  # used on the writer thread only
+        # Used on the writer thread only.
+        self._writer_connection: Connection | None = None
+        self._writer_options: Any = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
         self._readers = (
@@ -245,13 +247,25 @@ class ThreadRunner(Runner):
             job.settle(result, None)
 
     def _connection(self) -> Connection:
-        """The writer thread's connection, opened on first use."""
-        if self._writer_connection is None:
+        """The writer thread's connection, opened on first use, and again whenever
+        a job left it other than it found it (closed, mid-transaction, or with
+        execution options of its own): each job starts from a clean connection."""
+        held = self._writer_connection
+        if held is not None and (
+            held.closed
+            or held.invalidated
+            or held.in_transaction()
+            or held.get_execution_options() is not self._writer_options
+        ):
+            self._drop_connection()
+            held = None
+        if held is None:
             try:
-                self._writer_connection = self.engine.connect()
+                held = self._writer_connection = self.engine.connect()
             except DBAPIError as exc:
                 raise _Failed(exc, committing=False) from exc
-        return self._writer_connection
+            self._writer_options = held.get_execution_options()
+        return held
 
     def _drop_connection(self) -> None:
         connection, self._writer_connection = self._writer_connection, None
@@ -320,9 +334,9 @@ class ThreadRunner(Runner):
         self._closed = True
 
         def shut() -> None:
-            self._writer.submit(self._drop_connection)
             self._writer.shutdown(wait=True)
             self._readers.shutdown(wait=True)
+            self._drop_connection()  # the writer thread is gone: nothing else uses it
             self.engine.dispose()
 
         await asyncio.to_thread(shut)
