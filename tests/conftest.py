@@ -10,6 +10,7 @@ the run instead of silently skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -112,14 +113,26 @@ async def drop_mysql_database(url: str) -> None:
     await _mysql_admin(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
 
 
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    """A fresh, empty PostgreSQL database for one test."""
-    url = await create_pg_database()
+@contextlib.asynccontextmanager
+async def fresh_server_database(kind: str) -> AsyncIterator[str]:
+    """A new empty database on the PostgreSQL (``postgres``) or MySQL server, dropped after."""
+    create, drop = (
+        (create_pg_database, drop_pg_database)
+        if kind == "postgres"
+        else (create_mysql_database, drop_mysql_database)
+    )
+    url = await create()
     try:
         yield url
     finally:
-        await drop_pg_database(url)
+        await drop(url)
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    async with fresh_server_database("postgres") as url:
+        yield url
 
 
 @dataclass

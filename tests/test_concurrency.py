@@ -30,14 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import lovia_store
-from conftest import (
-    connect_pg_admin,
-    create_mysql_database,
-    create_pg_database,
-    drop_mysql_database,
-    drop_pg_database,
-    server_url,
-)
+from conftest import connect_pg_admin, fresh_server_database, server_url
 from helpers import a_run, user
 from lovia_store import (
     CompactedMessage,
@@ -442,17 +435,9 @@ async def _fresh(kind: str, tmp_path: Path) -> AsyncIterator[Target]:
             await lovia_store.upgrade(db)
         yield target
         return
-    create, drop = (
-        (create_pg_database, drop_pg_database)
-        if kind == "postgres"
-        else (create_mysql_database, drop_mysql_database)
-    )
-    url = await create()
-    try:
+    async with fresh_server_database(kind) as url:
         await lovia_store.upgrade(url)
         yield Target(kind, url)
-    finally:
-        await drop(url)
 
 
 @pytest.fixture(
@@ -655,16 +640,8 @@ POOL_SIZE = 3
 )
 async def server_db(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A fresh database on each server backend, for the sharing tests."""
-    create, drop = (
-        (create_pg_database, drop_pg_database)
-        if request.param == "postgres"
-        else (create_mysql_database, drop_mysql_database)
-    )
-    url = await create()
-    try:
+    async with fresh_server_database(request.param) as url:
         yield url
-    finally:
-        await drop(url)
 
 
 class ServerConnections:

@@ -32,12 +32,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from conftest import (
-    create_mysql_database,
-    create_pg_database,
-    drop_mysql_database,
-    drop_pg_database,
-)
+from conftest import fresh_server_database
 from helpers import a_run
 from lovia_store import (
     Database,
@@ -82,16 +77,8 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}"
         return
-    create, drop = (
-        (create_pg_database, drop_pg_database)
-        if request.param == "postgres"
-        else (create_mysql_database, drop_mysql_database)
-    )
-    created = await create()
-    try:
+    async with fresh_server_database(request.param) as created:
         yield created
-    finally:
-        await drop(created)
 
 
 @pytest.fixture
