@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -32,7 +32,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.util import greenlet_spawn
 
 from .errors import translate
-from .prepared import DRIVER_CURSOR
+from .prepared import DRIVER_CURSOR, Prepared
 
 __all__ = ["AsyncRunner", "Runner", "ThreadRunner", "Work"]
 
@@ -40,6 +40,9 @@ T = TypeVar("T")
 Work = Callable[[Connection], T]
 
 _READERS = 3
+# Run like the hot statements: on the driver's cursor where the engine allows.
+_BEGIN = Prepared(text("BEGIN"))
+_BEGIN_IMMEDIATE = Prepared(text("BEGIN IMMEDIATE"))
 
 
 class _Failed(Exception):
@@ -50,15 +53,15 @@ class _Failed(Exception):
         self.committing = committing
 
 
-def _transaction(conn: Connection, work: Work[T], begin: str | None = None) -> T:
-    """Run ``work`` in one transaction on ``conn``; ``begin`` is SQL that opens it
-    (pysqlite with its own transaction handling off), None for the driver's own."""
+def _transaction(conn: Connection, work: Work[T], begin: Prepared | None = None) -> T:
+    """Run ``work`` in one transaction on ``conn``; ``begin`` is the statement that
+    opens it (pysqlite with its own transaction handling off), None for the driver's own."""
     committing = False
     try:
         transaction = conn.begin()
         try:
             if begin is not None:
-                conn.exec_driver_sql(begin)
+                begin.execute(conn, {})
             result = work(conn)
         except BaseException:
             transaction.rollback()
@@ -118,7 +121,7 @@ def _run_batch(conn: Connection, jobs: list[_Job]) -> None:
     committing = False
     try:
         transaction = conn.begin()
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        _BEGIN_IMMEDIATE.execute(conn, {})
         for job in jobs:
             savepoint = conn.begin_nested()
             try:
@@ -240,7 +243,7 @@ class ThreadRunner(Runner):
             except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
                 raise _Failed(exc, committing=False) from exc
             with conn:
-                result = _transaction(conn, job.work, "BEGIN")
+                result = _transaction(conn, job.work, _BEGIN)
         except BaseException as exc:
             job.settle(None, exc)
         else:
@@ -272,7 +275,7 @@ class ThreadRunner(Runner):
         if connection is not None:
             connection.close()
 
-    def _on_writer_connection(self, job: _Job, begin: str = "BEGIN") -> None:
+    def _on_writer_connection(self, job: _Job, begin: Prepared = _BEGIN) -> None:
         try:
             result = _transaction(self._connection(), job.work, begin)
         except _Failed as exc:
@@ -297,7 +300,7 @@ class ThreadRunner(Runner):
         with self._queue_lock:
             batch, self._queue = self._queue, []
         if len(batch) == 1:
-            self._on_writer_connection(batch[0], "BEGIN IMMEDIATE")
+            self._on_writer_connection(batch[0], _BEGIN_IMMEDIATE)
         elif batch:
             try:
                 _run_batch(self._connection(), batch)
