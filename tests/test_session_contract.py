@@ -257,6 +257,22 @@ async def test_trim_skips_outputs_it_would_not_shrink(backend: Backend) -> None:
         assert await store.load("s") == a_run("1", output="z" * 450) + a_run("2")
 
 
+async def test_trim_counts_characters_not_bytes(backend: Backend) -> None:
+    # 300 characters, 900 bytes in UTF-8: within keep_chars, so it stays.
+    wide = "数" * 300
+    # Ends like an already-trimmed output but in other letters: it is not one.
+    shouting = "w" * 2000 + "ARCHIVED TO A RESULT STORE]"
+    async with backend.session() as store:
+        await store.append("s", a_run("1", output=wide), run_id="r1")
+        await store.append("s", a_run("2", output=shouting), run_id="r2")
+        await store.append("s", a_run("3"), run_id="r3")
+        assert await store.trim_tool_results("s", keep_chars=400, keep_runs=1) == 1
+        entries = await store.load("s")
+        assert entries[:4] == a_run("1", output=wide)
+        assert entries[6].output.startswith("w" * 400)
+        assert entries[6].output.endswith("archived to a result store]")
+
+
 async def test_trim_keep_runs_zero_trims_every_run(backend: Backend) -> None:
     async with backend.session() as store:
         await store.append("s", a_run("1", output="q" * 2000), run_id="r1")

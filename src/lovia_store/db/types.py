@@ -5,15 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, String, Text
+from sqlalchemy import DateTime, String, Text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Id", "JsonText", "UTCDateTime", "utcnow", "utf8_bytes"]
+__all__ = ["Id", "JsonText", "UTCDateTime", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -75,36 +72,3 @@ JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 # Ids are caller-chosen strings; 255 characters keep composite keys inside
 # MySQL's index limit under utf8mb4.
 Id = String(255)
-
-
-class utf8_bytes(FunctionElement[Any]):
-    """A JSON text column read back as its UTF-8 bytes, for orjson to parse.
-
-    Reading text makes the driver decode every document into a ``str`` that
-    orjson must then encode again (costly for non-ASCII text); bytes skip both.
-    SQLite and PostgreSQL hand over the stored bytes; elsewhere the column is
-    read as text. On SQLite, loading a 2,400-entry session takes about 40%
-    less time this way.
-    """
-
-    type = Text()
-    name = "utf8_bytes"
-    inherit_cache = True
-
-    def __init__(self, column: ColumnElement[str]) -> None:
-        super().__init__(column)
-
-
-@compiles(utf8_bytes)
-def _as_text(element: utf8_bytes, compiler: SQLCompiler, **kw: Any) -> str:
-    return compiler.process(element.clauses, **kw)
-
-
-@compiles(utf8_bytes, "sqlite")
-def _as_blob(element: utf8_bytes, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"CAST({compiler.process(element.clauses, **kw)} AS BLOB)"
-
-
-@compiles(utf8_bytes, "postgresql")
-def _as_bytea(element: utf8_bytes, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"convert_to({compiler.process(element.clauses, **kw)}, 'UTF8')"

@@ -13,7 +13,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from ..db.tables import messages, sessions, snapshots
-from ..db.types import utf8_bytes
+from ..db.text_sql import utf8_bytes
 from ..entries import json_documents, name_unknown_entry
 from .ids import record_id
 from .models import (

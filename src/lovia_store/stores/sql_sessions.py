@@ -38,7 +38,8 @@ from .._json import load_object
 from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.types import UTCDateTime, utcnow, utf8_bytes
+from ..db.text_sql import byte_length, has_substring, utf8_bytes
+from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -153,8 +154,8 @@ _TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
     m.session_id == bindparam("sid"),
     m.sequence < bindparam("cutoff"),
     m.entry_type == "tool_result",
-    func.length(m.entry_json) > bindparam("keep", type_=Integer),
-    m.entry_json.not_like(f'%{TRIM_SENTINEL}"%'),
+    byte_length(m.entry_json) > bindparam("keep", type_=Integer),  # bytes >= characters
+    ~has_substring(m.entry_json, f'{TRIM_SENTINEL}"'),
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
 # space would not be reclaimed.
