@@ -357,7 +357,9 @@ async def test_echo_shows_every_statement_the_writer_runs(
         caplog.clear()
         with caplog.at_level("INFO", logger="sqlalchemy.engine"):
             await store.append("s", a_run("1"), run_id="r1")
-        assert any("INSERT INTO lovia_messages" in record.getMessage() for record in caplog.records)
+        logged = [record.getMessage() for record in caplog.records]
+        assert "BEGIN IMMEDIATE" in logged
+        assert any("INSERT INTO lovia_messages" in message for message in logged)
         assert len(await store.load("s")) == len(a_run("1"))
 
 
