@@ -6,7 +6,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..errors import ConflictError, LoviaStoreError, StoreBusyError, StoreUnavailableError
 
-__all__ = ["translate"]
+__all__ = ["translate", "violated_constraint"]
 
 # PostgreSQL SQLSTATEs that mean "lost a race, nothing applied":
 # serialization_failure, deadlock_detected, lock_not_available.
@@ -21,6 +21,19 @@ def _sqlstate(orig: BaseException | None) -> str | None:
         code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
         if isinstance(code, str):
             return code
+    return None
+
+
+def violated_constraint(exc: IntegrityError) -> str | None:
+    """The constraint a PostgreSQL integrity error names, where the driver tells it
+    (asyncpg on the error it chained, psycopg in its diagnostics); None otherwise."""
+    orig = exc.orig
+    for candidate in (orig, getattr(orig, "__cause__", None)):
+        name = getattr(candidate, "constraint_name", None) or getattr(
+            getattr(candidate, "diag", None), "constraint_name", None
+        )
+        if isinstance(name, str):
+            return name
     return None
 
 

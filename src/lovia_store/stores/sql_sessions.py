@@ -36,6 +36,7 @@ from sqlalchemy.sql.dml import Insert
 
 from .._json import load_object
 from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignore
+from ..db.errors import violated_constraint
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.text_sql import byte_length, has_substring, utf8_bytes
@@ -201,6 +202,7 @@ _SEGMENT_RUNS = (
 _RUN_STORED = select(r.position).where(
     r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")
 )
+_RUN_KEY = session_runs.primary_key.name
 
 
 class _AlreadyStored(Exception):
@@ -232,8 +234,17 @@ def _store_run(
         }
         try:
             _APPEND_IN_ONE_STATEMENT.execute(conn, params)
-        except IntegrityError:
-            if conn.execute(_RUN_STORED, {"sid": session_id, "run_id": run_id}).first() is None:
+        except IntegrityError as exc:
+            # A violation of the run key is the no-op, even when a clear() has
+            # removed the run since. Where the driver names no constraint, the
+            # run is looked up instead.
+            constraint = violated_constraint(exc)
+            if constraint is None:
+                key = {"sid": session_id, "run_id": run_id}
+                stored = conn.execute(_RUN_STORED, key).first() is not None
+            else:
+                stored = constraint == _RUN_KEY
+            if not stored:
                 raise
             return False
         return True
