@@ -76,6 +76,12 @@ _RUN_COLUMNS = (
 )
 
 
+# Arrays are sent as text[], the one array type asyncpg encodes without first
+# asking the server about it: any other costs each new connection a type
+# introspection query (2-7 ms) on its first use.
+_TEXTS = ARRAY(Text())
+
+
 def _append_in_one_statement() -> Prepared:
     """PostgreSQL: a whole append as one statement, run without BEGIN/COMMIT.
 
@@ -109,9 +115,9 @@ def _append_in_one_statement() -> Prepared:
         .cte("run")
     )
     entries = func.unnest(
-        bindparam("entry_types", type_=ARRAY(String())),
-        bindparam("call_ids", type_=ARRAY(String())),
-        bindparam("documents", type_=ARRAY(Text())),
+        bindparam("entry_types", type_=_TEXTS),
+        bindparam("call_ids", type_=_TEXTS),
+        bindparam("documents", type_=_TEXTS),
     ).table_valued("entry_type", "call_id", "entry_json", with_ordinality="ordinality")
     entries = entries.render_derived(name="given")
     rows = messages.insert().from_select(
@@ -174,15 +180,13 @@ _TRIM = Prepared(
 def _trim_in_one_statement() -> Prepared:
     """PostgreSQL: every shortened output written by one ``UPDATE ... FROM unnest``."""
     given = (
-        func.unnest(
-            bindparam("seqs", type_=ARRAY(BigInteger())), bindparam("docs", type_=ARRAY(Text()))
-        )
+        func.unnest(bindparam("seqs", type_=_TEXTS), bindparam("docs", type_=_TEXTS))
         .table_valued("seq", "doc")
         .render_derived(name="given")
     )
     return Prepared(
         update(messages)
-        .where(m.session_id == bindparam("sid"), m.sequence == given.c.seq)
+        .where(m.session_id == bindparam("sid"), m.sequence == given.c.seq.cast(BigInteger))
         .values(
             entry_json=given.c.doc,
             envelope_json=null(),
@@ -401,7 +405,7 @@ class SQLSession(SQLStore):
                         changes.append({"seq": sequence, "doc": doc})
             shared = {"sid": session_id, "now": utcnow()}
             if changes and conn.dialect.name == "postgresql":
-                seqs = [change["seq"] for change in changes]
+                seqs = [str(change["seq"]) for change in changes]
                 docs = [change["doc"] for change in changes]
                 _TRIM_IN_ONE_STATEMENT.execute(conn, {**shared, "seqs": seqs, "docs": docs})
             elif changes:
