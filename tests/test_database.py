@@ -21,6 +21,7 @@ from lovia_store import (
     SQLiteSession,
     SQLSession,
     StoreBusyError,
+    StoreUnavailableError,
     UserError,
 )
 from lovia_store.db.tables import schema_versions
@@ -319,6 +320,29 @@ async def test_a_job_that_leaves_its_connection_odd_does_not_break_the_next(
         await store.append("s", a_run(str(index)), run_id=f"r{index}")
     assert [segment.run_id for segment in await store.segments("s")] == ["r0", "r1", "r2"]
     await db.close()
+
+
+async def test_a_reader_connection_that_met_a_driver_error_is_not_pooled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read's BEGIN runs on the driver cursor, outside SQLAlchemy's disconnect
+    check: after a driver error there, the connection is discarded, not reused."""
+    from sqlalchemy import event
+
+    from lovia_store.db import runners
+    from lovia_store.db.prepared import Prepared
+
+    async with Database(tmp_path / "reader.db") as db:
+        store = SQLSession(db)
+        await store.load("warm-up")
+        opened: list[object] = []
+        event.listen(db.engine, "connect", lambda connection, record: opened.append(connection))
+        monkeypatch.setattr(runners, "_BEGIN", Prepared(text("BEGIN NONSENSE")))
+        with pytest.raises(StoreUnavailableError):
+            await store.load("s")
+        monkeypatch.undo()
+        assert await store.load("s") == []
+        assert len(opened) == 1  # the failed connection was replaced, once
 
 
 async def test_driver_errors_hide_parameters_when_asked(tmp_path: Path) -> None:

@@ -17,9 +17,10 @@ On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
 statement runs on the driver's cursor directly: for an append, SQLAlchemy's
 execution context costs as much as SQLite's own work. Driver errors are still
 wrapped as SQLAlchemy's ``DBAPIError`` subclasses (``hide_parameters``
-honoured); what these statements skip is SQL logging and cursor events. The
-choice is made when the ``Database`` is created: to log or trace every
-statement, create it with ``echo=True``.
+honoured); what these statements skip is SQL logging, cursor and error events
+and SQLAlchemy's disconnect check (the runner discards a connection after any
+driver error instead). The choice is made when the ``Database`` is created: to
+log or trace every statement, create it with ``echo=True``.
 """
 
 from __future__ import annotations

@@ -243,7 +243,13 @@ class ThreadRunner(Runner):
             except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
                 raise _Failed(exc, committing=False) from exc
             with conn:
-                result = _transaction(conn, job.work, _BEGIN)
+                try:
+                    result = _transaction(conn, job.work, _BEGIN)
+                except _Failed:
+                    # As the writer does: a connection a driver error left in an
+                    # unknown state is not pooled again.
+                    conn.invalidate()
+                    raise
         except BaseException as exc:
             job.settle(None, exc)
         else:
