@@ -13,6 +13,8 @@ from sqlalchemy.util import await_only
 from helpers import a_run
 from lovia_store import Database, SQLSession
 
+pytestmark = pytest.mark.postgres
+
 
 async def test_a_replay_racing_a_clear_is_still_a_no_op(pg_url: str) -> None:
     """The replay's violation names the run key, so it is the no-op even when a
@@ -37,8 +39,8 @@ async def test_a_replay_racing_a_clear_is_still_a_no_op(pg_url: str) -> None:
 async def test_a_replay_is_a_no_op_where_the_driver_names_no_constraint(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the constraint's name (a driver that does not give it), the run is
-    looked up: found, the append is the no-op."""
+    """Where the driver names no constraint (or another one), the run is looked
+    up: found, the append is the no-op."""
     from lovia_store.stores import sql_sessions
 
     monkeypatch.setattr(sql_sessions, "violated_constraint", lambda exc: None)

@@ -75,7 +75,8 @@ class has_substring(FunctionElement[bool]):
     """True where a text column contains a fixed string.
 
     A plain substring search: ``LIKE '%...%'`` costs PostgreSQL about twice as
-    much, and is case-insensitive on SQLite.
+    much, and is case-insensitive on SQLite. Case-exact everywhere, on MySQL
+    because our tables use the ``utf8mb4_bin`` collation.
     """
 
     type = Boolean()

@@ -55,7 +55,7 @@ RECORD_COLUMNS = (
     m.request_id,
     m.run_id,
     m.message_id,
-    utf8_bytes(m.entry_json).label("entry_json"),  # parsed by orjson: bytes skip a decode
+    utf8_bytes(m.entry_json).label("entry_json"),  # bytes on SQLite: no decode before orjson
     m.envelope_json,
     m.metadata_json,
     m.tags_json,

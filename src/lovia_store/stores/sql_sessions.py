@@ -76,9 +76,9 @@ _RUN_COLUMNS = (
 )
 
 
-# Arrays are sent as text[], the one array type asyncpg encodes without first
-# asking the server about it: any other costs each new connection a type
-# introspection query (2-7 ms) on its first use.
+# Arrays are sent as text[], an array type asyncpg encodes without first asking
+# the server about it (only text[] and oid[] are built in): any other costs each
+# new connection a type introspection query (2-7 ms) on its first use.
 _TEXTS = ARRAY(Text())
 
 
@@ -139,7 +139,7 @@ def _append_in_one_statement() -> Prepared:
 _APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
 
 # Reads built once with bound parameters (no construction or cache key per call).
-# Entry documents are read as UTF-8 bytes where the database allows (see utf8_bytes).
+# Entry documents are read as UTF-8 bytes on SQLite (see utf8_bytes).
 _DOCUMENT = utf8_bytes(m.entry_json).label("entry_json")
 _LOAD = select(_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
@@ -240,16 +240,12 @@ def _store_run(
             _APPEND_IN_ONE_STATEMENT.execute(conn, params)
         except IntegrityError as exc:
             # A violation of the run key is the no-op, even when a clear() has
-            # removed the run since. Where the driver names no constraint, the
-            # run is looked up instead.
-            constraint = violated_constraint(exc)
-            if constraint is None:
+            # removed the run since. Where the driver names no constraint, or
+            # another one, the run is looked up.
+            if violated_constraint(exc) != _RUN_KEY:
                 key = {"sid": session_id, "run_id": run_id}
-                stored = conn.execute(_RUN_STORED, key).first() is not None
-            else:
-                stored = constraint == _RUN_KEY
-            if not stored:
-                raise
+                if conn.execute(_RUN_STORED, key).first() is None:
+                    raise
             return False
         return True
     bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
