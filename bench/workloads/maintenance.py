@@ -20,8 +20,9 @@ async def _w6(env: TrialEnv) -> dict[str, float]:
         removed = await backend.rewind("w6", keep)
     expected = runs * data.ENTRIES_PER_RUN - keep + 1
     check(removed == expected, f"W6 rewind removed {removed} entries, expected {expected}")
-    # A second rewind of the same session, to a quarter of it: its statements
-    # are now compiled, as in a process that has run one before.
+    # A second rewind of the same session, to a quarter of it (about half as many
+    # entries removed): its statements are now compiled, as in a process that has
+    # run one before.
     keep_again = (runs // 4) * data.ENTRIES_PER_RUN + 4
     with Stopwatch() as again_rewind:
         removed = await backend.rewind("w6", keep_again)
@@ -40,7 +41,8 @@ W6 = Workload(
     "Maintenance: trim and rewind",
     "On a {s.w6_runs:,}-run session: trim_tool_results(keep_chars=400, keep_runs=1), the same "
     "again (idempotent no-op), then rewind to the middle of a run (cut right after a tool "
-    "call), then again to a quarter of the session (a second rewind: statements compiled).",
+    "call), then again to a quarter of the session (a second rewind, statements compiled; it "
+    "removes about half as many entries).",
     (
         Metric("trim_ms", "trim (ms)", False),
         Metric("trim_again_ms", "trim again (ms)", False),
