@@ -197,7 +197,8 @@ async def test_bad_run_id_is_refused(backend: Backend) -> None:
 
 
 @pytest.mark.parametrize(
-    ("keep_chars", "keep_runs"), [(-1, 1), (400, -1), ("10", 1), (1.5, 1), (True, 1)]
+    ("keep_chars", "keep_runs"),
+    [(-1, 1), (400, -1), ("10", 1), (1.5, 1), (True, 1), (2**63, 1), (400, 2**63)],
 )
 async def test_bad_trim_arguments(backend: Backend, keep_chars: Any, keep_runs: Any) -> None:
     async with backend.session() as store:
@@ -208,13 +209,24 @@ async def test_bad_trim_arguments(backend: Backend, keep_chars: Any, keep_runs: 
         assert await store.load("s") == a_run("1", output="x" * 5000) + a_run("2")
 
 
-@pytest.mark.parametrize("keep_entries", [-1, "3", None])
+@pytest.mark.parametrize("keep_entries", [-1, "3", None, 2**63])
 async def test_bad_rewind_arguments(backend: Backend, keep_entries: Any) -> None:
     async with backend.session() as store:
         await store.append("s", a_run("1"), run_id="r1")
         with pytest.raises(ValueError):
             await store.rewind("s", keep_entries=keep_entries)
         assert await store.load("s") == a_run("1")
+
+
+async def test_counts_up_to_the_largest_bigint_mean_keep_everything(backend: Backend) -> None:
+    largest = 2**63 - 1
+    async with backend.session() as store:
+        await store.append("s", a_run("1", output="x" * 5000), run_id="r1")
+        await store.append("s", a_run("2"), run_id="r2")
+        assert await store.trim_tool_results("s", keep_chars=largest, keep_runs=largest) == 0
+        assert await store.trim_tool_results("s", keep_chars=10, keep_runs=largest) == 0
+        assert await store.rewind("s", keep_entries=largest) == 0
+        assert await store.load("s") == a_run("1", output="x" * 5000) + a_run("2")
 
 
 # -- trim_tool_results ----------------------------------------------------------------------------

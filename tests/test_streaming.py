@@ -37,7 +37,7 @@ async def test_streams_what_load_returns_in_any_batch_size(sql_backend: Backend)
         await store.append("other", a_run("x"))
         everything = await store.load("s")
         assert len(everything) == 28
-        for batch in (1, 3, 4, 27, 28, 29, 1000):
+        for batch in (1, 3, 4, 27, 28, 29, 1000, 2**63 - 1):
             assert await collect(store, "s", batch=batch) == everything, batch
         assert await collect(store, "s") == everything
 
@@ -91,7 +91,7 @@ async def test_entries_appended_while_streaming_come_once_in_order(sql_backend: 
 async def test_arguments_are_checked_when_called(sql_backend: Backend) -> None:
     async with sql_backend.session() as store:
         assert isinstance(store, SQLSession)
-        for bad in (0, -1, True, 1.5, "10"):
+        for bad in (0, -1, True, 1.5, "10", 2**63):
             with pytest.raises(UserError, match="batch"):
                 store.iter_entries("s", batch=bad)  # type: ignore[arg-type]
         with pytest.raises(UserError, match="session_id"):

@@ -19,7 +19,7 @@ from ..entries import (
     Usage,
 )
 from ..errors import UserError
-from ..stores.segments import check_id
+from ..stores.segments import check_count, check_id, check_integer
 from .ids import new_uuid7
 from .models import CompactedMessage, MessageTiming
 
@@ -42,31 +42,13 @@ __all__ = [
 
 MAX_TITLE = 200
 MAX_AGENT_NAME = 64
-_MAX_INT = 2**63 - 1
 
 ASSISTANT_ENTRIES = (AssistantTextEntry, ReasoningEntry, ToolCallEntry)
 """The entries a model produced: the only ones that may carry token usage."""
 
 
-def _integer(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{what} must be an integer, got {value!r}")
-    if value > _MAX_INT:
-        raise UserError(f"{what} must be at most 2**63-1, got {value}")
-    return value
-
-
-def check_count(value: object, what: str, *, minimum: int) -> int:
-    """An integer ``>= minimum`` (``limit`` 1, ``offset`` 0, sequences 0 or 1)."""
-    number = _integer(value, what)
-    if number < minimum:
-        rule = "positive" if minimum == 1 else f">= {minimum}"
-        raise UserError(f"{what} must be {rule}, got {number}")
-    return number
-
-
 def check_session_type(value: object, what: str = "session_type") -> int:
-    number = _integer(value, what)
+    number = check_integer(value, what)
     if number < 0:
         raise UserError(f"{what} cannot be negative, got {number}")
     return number
@@ -162,7 +144,7 @@ def check_usage(value: object, message: TranscriptEntry) -> Usage | None:
             f"reasoning, tool_call), not to a {message.type!r} entry"
         )
     for name, count in value.model_dump().items():
-        if _integer(count, f"usage.{name}") < 0:
+        if check_integer(count, f"usage.{name}") < 0:
             raise UserError(f"usage.{name} cannot be negative, got {count}")
     return value
 

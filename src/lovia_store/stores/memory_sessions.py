@@ -9,7 +9,7 @@ from typing import Any
 from .._json import dump_object, load_object
 from ..entries import ToolResultEntry, TranscriptEntry
 from .checkpoint_models import Checkpointer
-from .segments import Segment, check_append, check_id, check_non_negative, rewind_split, trim_entry
+from .segments import Segment, check_append, check_count, check_id, rewind_split, trim_entry
 
 __all__ = ["InMemorySession"]
 
@@ -59,8 +59,8 @@ class InMemorySession:
     ) -> int:
         """Truncate tool outputs older than the last ``keep_runs`` runs; idempotent."""
         check_id(session_id, "session_id")
-        check_non_negative(keep_chars, "keep_chars")
-        check_non_negative(keep_runs, "keep_runs")
+        check_count(keep_chars, "keep_chars", minimum=0)
+        check_count(keep_runs, "keep_runs", minimum=0)
         async with self._lock:
             segments = self._segments.get(session_id, [])
             old = len(segments) - keep_runs
@@ -83,7 +83,7 @@ class InMemorySession:
         """Drop everything after the first ``keep_entries`` entries of ``load()``;
         with ``checkpointer``, also the checkpoints of the runs the cut touched."""
         check_id(session_id, "session_id")
-        check_non_negative(keep_entries, "keep_entries")
+        check_count(keep_entries, "keep_entries", minimum=0)
         async with self._lock:
             segments = self._segments.get(session_id, [])
             kept, boundary, removed = rewind_split(segments, keep_entries)

@@ -16,8 +16,9 @@ __all__ = [
     "Segment",
     "Session",
     "check_append",
+    "check_count",
     "check_id",
-    "check_non_negative",
+    "check_integer",
     "rewind_split",
     "trim_entry",
     "trim_marker",
@@ -76,12 +77,24 @@ def check_append(
     return chosen, check_entries(entries), None if meta is None else dump_object(meta, "meta")
 
 
-def check_non_negative(value: object, what: str) -> int:
+_MAX_INT = 2**63 - 1  # a BIGINT: what every backend can bind
+
+
+def check_integer(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UserError(f"{what} must be an integer, got {value!r}")
-    if value < 0:
-        raise UserError(f"{what} must be >= 0, got {value}")
+    if value > _MAX_INT:
+        raise UserError(f"{what} must be at most 2**63-1, got {value}")
     return value
+
+
+def check_count(value: object, what: str, *, minimum: int) -> int:
+    """An integer ``>= minimum`` (``limit`` 1, ``offset`` 0, sequences 0 or 1)."""
+    number = check_integer(value, what)
+    if number < minimum:
+        rule = "positive" if minimum == 1 else f">= {minimum}"
+        raise UserError(f"{what} must be {rule}, got {number}")
+    return number
 
 
 # The fixed tail of every trim marker (the same as lovia's): an output that

@@ -47,14 +47,13 @@ from ..entries import (
     entries_from_json_rows,
     entry_to_json,
 )
-from ..errors import UserError
 from .checkpoint_models import Checkpointer
 from .segments import (
     TRIM_SENTINEL,
     Segment,
     check_append,
+    check_count,
     check_id,
-    check_non_negative,
     trim_entry,
 )
 from .sql_base import SQLStore, StoreTarget
@@ -146,7 +145,7 @@ _BATCH = (
     select(m.sequence, _DOCUMENT)
     .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
     .order_by(m.sequence)
-    .limit(bindparam("size", type_=Integer))
+    .limit(bindparam("size", type_=BigInteger))
 )
 _SEGMENT_ROWS = (
     select(m.request_id, m.run_id, _DOCUMENT)
@@ -161,7 +160,7 @@ _TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
     m.session_id == bindparam("sid"),
     m.sequence < bindparam("cutoff"),
     m.entry_type == "tool_result",
-    byte_length(m.entry_json) > bindparam("keep", type_=Integer),  # bytes >= characters
+    byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
     ~has_substring(m.entry_json, f'{TRIM_SENTINEL}"'),
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
@@ -309,8 +308,7 @@ class SQLSession(SQLStore):
         first iteration.
         """
         check_id(session_id, "session_id")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise UserError(f"batch must be a positive integer, got {batch!r}")
+        check_count(batch, "batch", minimum=1)
         return self._batches(session_id, batch)
 
     async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
@@ -381,8 +379,8 @@ class SQLSession(SQLStore):
         many outputs were trimmed.
         """
         check_id(session_id, "session_id")
-        check_non_negative(keep_chars, "keep_chars")
-        check_non_negative(keep_runs, "keep_runs")
+        check_count(keep_chars, "keep_chars", minimum=0)
+        check_count(keep_runs, "keep_runs", minimum=0)
 
         def work(conn: Connection) -> int:
             cutoff = _first_kept_sequence(conn, session_id, keep_runs)
@@ -423,7 +421,7 @@ class SQLSession(SQLStore):
         replay the undone tail. Returns the number of entries removed.
         """
         check_id(session_id, "session_id")
-        check_non_negative(keep_entries, "keep_entries")
+        check_count(keep_entries, "keep_entries", minimum=0)
         same_database = getattr(checkpointer, "database", None) is self.database
 
         def work(conn: Connection) -> tuple[int, list[str]]:
@@ -524,7 +522,7 @@ _CUT_ROW = (
     .where(m.session_id == _SID)
     .order_by(m.sequence)
     .limit(1)
-    .offset(bindparam("keep", type_=Integer))
+    .offset(bindparam("keep", type_=BigInteger))
 )
 _BEFORE_CUT = (
     select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
