@@ -170,16 +170,8 @@ async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
     elif kind in SQLITE_KINDS:
         yield Backend(kind, str(tmp_path / "store.sqlite3"))
     else:
-        create, drop = (
-            (create_pg_database, drop_pg_database)
-            if kind == "postgres"
-            else (create_mysql_database, drop_mysql_database)
-        )
-        url = await create()
-        try:
+        async with fresh_server_database(kind) as url:
             yield Backend(kind, url)
-        finally:
-            await drop(url)
 
 
 @pytest.fixture(params=ALL_KINDS)
