@@ -222,6 +222,7 @@ class ThreadRunner(Runner):
         )
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
         self._closed = False
+        self._barriers: set[asyncio.Future[None]] = set()  # see run()
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
         # Used on the writer thread only.
@@ -325,9 +326,17 @@ class ThreadRunner(Runner):
         else:
             self._readers.submit(self._read, job)
         try:
-            # A cancelled caller stops waiting, but a write it asked for still
-            # runs whole: the writer thread runs every queued job.
             result: T = await job.future
+        except asyncio.CancelledError:
+            if write:
+                # The caller stops waiting, but its write still runs whole (the
+                # writer thread runs every queued job). A task stays behind until
+                # it has, so a loop that waits for its tasks before it stops (as
+                # SyncRuntime.close does) waits for this write too.
+                barrier = asyncio.ensure_future(self.close_loop())
+                self._barriers.add(barrier)
+                barrier.add_done_callback(self._barriers.discard)
+            raise
         except _Failed as failed:
             raise translate(failed.error, _display(self.url), committing=failed.committing) from (
                 failed.error
