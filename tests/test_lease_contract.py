@@ -209,11 +209,11 @@ def waiting_agent(gate: asyncio.Event, started: asyncio.Event) -> Agent:
 async def test_a_run_in_progress_is_not_started_twice(cp: AnyCheckpointer) -> None:
     gate, started = asyncio.Event(), asyncio.Event()
     agent = waiting_agent(gate, started)
-    options = CheckpointOptions(cp, "r", lease_ttl=0.3)
+    options = CheckpointOptions(cp, "r", lease_ttl=0.6)
     first = asyncio.create_task(Runner.run(agent, "go", checkpoint=options))
     await started.wait()
-    # Longer than the ttl: the runner renews in the background while the tool waits.
-    await asyncio.sleep(0.9)
+    # Three ttls: the runner renews in the background while the tool waits.
+    await asyncio.sleep(1.8)
     for policy in ("resume", "restart", "resume_only", "fail"):
         again = CheckpointOptions(cp, "r", if_run_exists=policy)  # type: ignore[arg-type]
         with pytest.raises(RunInProgressError):
@@ -292,14 +292,14 @@ async def test_a_blocking_tool_keeps_the_lease(cp: AnyCheckpointer) -> None:
     def block() -> str:
         """Block the calling thread for three ttls."""
         started.set()
-        time.sleep(0.9)
+        time.sleep(1.8)
         return "done blocking"
 
     agent = Agent("a", ScriptedModel([[call("c1", "block")], [say("done")]]), tools=[block])
-    options = CheckpointOptions(cp, "r", lease_ttl=0.3)
+    options = CheckpointOptions(cp, "r", lease_ttl=0.6)
     run = asyncio.create_task(Runner.run(agent, "go", checkpoint=options))
     assert await asyncio.to_thread(started.wait, 10)
-    await asyncio.sleep(0.6)  # twice the ttl into the tool call
+    await asyncio.sleep(1.2)  # twice the ttl into the tool call
     with pytest.raises(RunInProgressError):
         await cp.acquire_lease("r")
     assert (await run).final_output == "done"
