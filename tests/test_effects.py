@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from conftest import create_pg_database, drop_pg_database
+from conftest import fresh_server_database
 from lovia_store import (
     Agent,
     AssistantTextEntry,
@@ -43,11 +43,8 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
     if request.param == "sqlite":
         yield str(tmp_path / "effects.sqlite3")
         return
-    made = await create_pg_database()
-    try:
+    async with fresh_server_database("postgres") as made:
         yield made
-    finally:
-        await drop_pg_database(made)
 
 
 def run_child(url: str, mode: str, kill: str, log: Path) -> subprocess.CompletedProcess[str]:

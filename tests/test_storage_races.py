@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import create_pg_database, drop_pg_database
+from conftest import fresh_server_database
 from lovia_store import (
     CompactedMessage,
     InputEntry,
@@ -117,11 +117,8 @@ async def run_children(job: Job, *args: Any) -> list[Any]:
 @pytest.fixture(params=["sqlite_wal", "postgres"])
 async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Target]:
     if request.param == "postgres":
-        url = await create_pg_database()
-        try:
+        async with fresh_server_database("postgres") as url:
             yield Target("postgres", url)
-        finally:
-            await drop_pg_database(url)
     else:
         yield Target("sqlite_wal", str(tmp_path / "race.sqlite3"))
 
