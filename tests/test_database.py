@@ -293,6 +293,40 @@ def test_prepared_statements_on_the_driver_cursor() -> None:
     engine.dispose()
 
 
+@pytest.mark.parametrize("driver_cursor", [True, False])
+def test_prepared_statements_take_the_values_the_statement_gives(driver_cursor: bool) -> None:
+    """A value written into the statement (``limit(1)``, a literal to compare with)
+    is bound as compiled; rows read whole, in batches or one by one. A statement
+    whose SQL depends on its values (an expanding ``IN``) cannot be prepared."""
+    from sqlalchemy import bindparam, create_engine, select
+
+    from lovia_store.db.prepared import DRIVER_CURSOR, Prepared
+
+    versions = schema_versions.c
+    newest = Prepared(
+        select(versions.store)
+        .where(versions.version > bindparam("above"), versions.store != "skip")
+        .order_by(versions.version.desc())
+        .limit(2)
+    )
+    engine = create_engine("sqlite://", execution_options={DRIVER_CURSOR: driver_cursor})
+    with engine.connect() as conn:
+        conn.execute(text("CREATE TABLE lovia_schema (store TEXT PRIMARY KEY, version INTEGER)"))
+        conn.execute(text("INSERT INTO lovia_schema VALUES ('a', 1), ('b', 2), ('c', 3)"))
+        conn.execute(text("INSERT INTO lovia_schema VALUES ('skip', 4)"))
+        assert [tuple(row) for row in newest.execute(conn, {"above": 0}).all()] == [("c",), ("b",)]
+        rows = newest.execute(conn, {"above": 1})
+        assert [tuple(row) for row in rows.fetchmany(1)] == [("c",)]
+        assert [tuple(row) for row in rows] == [("b",)]
+        rows.close()
+        wide = Prepared(
+            select(versions.store).where(versions.store.in_(bindparam("s", expanding=True)))
+        )
+        with pytest.raises(TypeError, match="cannot be prepared"):
+            wide.execute(conn, {"s": ["a"]})
+    engine.dispose()
+
+
 @pytest.mark.parametrize("target", ["file", ":memory:"])
 async def test_a_job_that_leaves_its_connection_odd_does_not_break_the_next(
     tmp_path: Path, target: str

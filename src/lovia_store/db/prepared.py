@@ -25,7 +25,7 @@ log or trace every statement, create it with ``echo=True``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
@@ -52,6 +52,14 @@ class Rows(Protocol):
 
     def scalar_one(self) -> Any: ...
 
+    def all(self) -> Sequence[Any]: ...
+
+    def fetchmany(self, size: int) -> Sequence[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
 
 class _DriverRows:
     """The result of a statement run on the driver's cursor."""
@@ -76,11 +84,24 @@ class _DriverRows:
     def scalar_one(self) -> Any:
         return self.one()[0]
 
+    def all(self) -> Sequence[Any]:
+        return self._cursor.fetchall()  # type: ignore[no-any-return]
+
+    def fetchmany(self, size: int) -> Sequence[Any]:
+        return self._cursor.fetchmany(size)  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+    def close(self) -> None:
+        self._cursor.close()
+
 
 class _Plan(NamedTuple):
     sql: str
     names: tuple[str, ...]  # the bound parameter of each placeholder, in order
     processors: dict[str, Callable[[Any], Any]]
+    fixed: dict[str, Any]  # values the statement itself gives (``limit(1)``), converted
 
 
 class Prepared:
@@ -113,15 +134,22 @@ class Prepared:
             dialect=dialect, **(placed if translate else {})
         )
         names = tuple(compiled.positiontup or ())
-        if not dialect.positional or set(names) != set(compiled.binds):
-            raise TypeError(f"{dialect.name}: not a positional statement: {compiled}")
+        if not dialect.positional or compiled.post_compile_params:
+            # Positional parameters in fixed SQL only: an expanding IN is
+            # rendered anew for each set of values.
+            raise TypeError(f"{dialect.name}: this statement cannot be prepared: {compiled}")
         processors = {}
+        fixed = {}
         for name in names:
-            type_ = compiled.binds[name].type
-            processor = type_.dialect_impl(dialect).bind_processor(dialect)
+            bind = compiled.binds[name]
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if processor is not None:
                 processors[name] = processor
-        return _Plan(compiled.string, names, processors)
+            if not bind.required:
+                fixed[name] = bind.effective_value
+                if processor is not None:
+                    fixed[name] = processor(fixed[name])
+        return _Plan(compiled.string, names, processors, fixed)
 
     def execute(
         self,
@@ -138,6 +166,8 @@ class Prepared:
             name: processors[name](value) if name in processors else value
             for name, value in params.items()
         }
+        if plan.fixed:
+            shared = {**plan.fixed, **shared}
         arguments: Any
         if rows is None:
             arguments = tuple([shared[name] for name in plan.names])

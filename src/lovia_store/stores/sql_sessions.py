@@ -156,12 +156,14 @@ _SEGMENT_ROWS = (
 # is recognised (the closing quote follows the sentinel in the stored JSON).
 _NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
-_TRIM_CANDIDATES = select(m.sequence, _DOCUMENT).where(
-    m.session_id == bindparam("sid"),
-    m.sequence < bindparam("cutoff"),
-    m.entry_type == "tool_result",
-    byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
-    ~has_substring(m.entry_json, f'{TRIM_SENTINEL}"'),
+_TRIM_CANDIDATES = Prepared(
+    select(m.sequence, _DOCUMENT).where(
+        m.session_id == bindparam("sid", type_=String()),
+        m.sequence < bindparam("cutoff", type_=BigInteger()),
+        m.entry_type == "tool_result",
+        byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
+        ~has_substring(m.entry_json, f'{TRIM_SENTINEL}"'),
+    )
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
 # space would not be reclaimed.
@@ -385,11 +387,11 @@ class SQLSession(SQLStore):
         def work(conn: Connection) -> int:
             cutoff = _first_kept_sequence(conn, session_id, keep_runs)
             params = {"sid": session_id, "cutoff": _NO_CUTOFF if cutoff is None else cutoff}
-            candidates = conn.execute(_TRIM_CANDIDATES, {**params, "keep": keep_chars})
+            candidates = _TRIM_CANDIDATES.execute(conn, {**params, "keep": keep_chars})
             changes: list[dict[str, Any]] = []
             # Decoded a batch at a time: one validation call per batch, memory
             # bounded by a batch of (possibly huge) outputs.
-            for rows in candidates.partitions(_TRIM_BATCH):
+            while rows := candidates.fetchmany(_TRIM_BATCH):
                 entries = entries_from_json_rows([document for _, document in rows])
                 for (sequence, _), entry in zip(rows, entries, strict=True):
                     assert isinstance(entry, ToolResultEntry)
@@ -479,9 +481,12 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
     return out
 
 
-_SEGMENT_KEYS_BELOW = (
+_SEGMENT_KEYS_BELOW = Prepared(
     select(m.sequence, m.run_id, m.request_id)
-    .where(m.session_id == bindparam("sid"), m.sequence < bindparam("below"))
+    .where(
+        m.session_id == bindparam("sid", type_=String()),
+        m.sequence < bindparam("below", type_=BigInteger()),
+    )
     .order_by(m.sequence.desc())
     .limit(bindparam("size", type_=Integer))
 )
@@ -502,7 +507,7 @@ def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> i
     below, size = _NO_CUTOFF, 64
     while True:
         params = {"sid": session_id, "below": below, "size": size}
-        rows = conn.execute(_SEGMENT_KEYS_BELOW, params).all()
+        rows = _SEGMENT_KEYS_BELOW.execute(conn, params).all()
         for sequence, run_id, request_id in rows:
             if (run_id, request_id) != key:
                 if seen == keep_runs:
@@ -512,44 +517,50 @@ def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> i
             first = sequence
         if len(rows) < size:
             return 0
-        below, size = rows[-1].sequence, min(size * 4, 4096)
+        below, size = rows[-1][0], min(size * 4, 4096)
 
 
-# Rewind's statements, built once (a rewind runs up to nine of them).
+# Rewind's statements (up to eight), prepared: a rewind is rare in a process,
+# so SQLAlchemy's per-statement first-use work would cost more than SQLite's.
 _SID = bindparam("sid", type_=String())
-_CUT_ROW = (
+_CUT = bindparam("cut", type_=BigInteger())
+_CUT_ROW = Prepared(
     select(m.sequence, m.run_id, m.request_id)
     .where(m.session_id == _SID)
     .order_by(m.sequence)
     .limit(1)
     .offset(bindparam("keep", type_=BigInteger))
 )
-_BEFORE_CUT = (
+_BEFORE_CUT = Prepared(
     select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
-    .where(m.session_id == _SID, m.sequence < bindparam("cut"))
+    .where(m.session_id == _SID, m.sequence < _CUT)
     .order_by(m.sequence.desc())
 )
-_DELETE_TAIL = delete(messages).where(m.session_id == _SID, m.sequence >= bindparam("cut"))
-_DELETE_DANGLING = delete(messages).where(
-    m.session_id == _SID, m.sequence.in_(bindparam("dangling", expanding=True))
+_DELETE_TAIL = Prepared(delete(messages).where(m.session_id == _SID, m.sequence >= _CUT))
+_DELETE_ONE = Prepared(
+    delete(messages).where(m.session_id == _SID, m.sequence == bindparam("seq", type_=BigInteger))
 )
-_LATER_RUNS = (r.session_id == _SID) & (r.first_sequence >= bindparam("cut"))
-_SELECT_LATER_RUNS = select(r.run_id).where(_LATER_RUNS)
-_DELETE_LATER_RUNS = delete(session_runs).where(_LATER_RUNS)
-_CUT_RUN = (r.session_id == _SID) & (r.run_id == bindparam("cut_run_id"))
-_SHORTEN_CUT_RUN = (
-    update(session_runs).where(_CUT_RUN).values(meta_json=None, entry_count=bindparam("remaining"))
+_LATER_RUNS = (r.session_id == _SID) & (r.first_sequence >= _CUT)
+_SELECT_LATER_RUNS = Prepared(select(r.run_id).where(_LATER_RUNS))
+_DELETE_LATER_RUNS = Prepared(delete(session_runs).where(_LATER_RUNS))
+_CUT_RUN = (r.session_id == _SID) & (r.run_id == bindparam("cut_run_id", type_=String()))
+_SHORTEN_CUT_RUN = Prepared(
+    update(session_runs)
+    .where(_CUT_RUN)
+    .values(meta_json=null(), entry_count=bindparam("remaining", type_=BigInteger()))
 )
-_DELETE_CUT_RUN = delete(session_runs).where(_CUT_RUN)
-_DELETE_COVERING_SNAPSHOTS = delete(snapshots).where(
-    snapshots.c.session_id == _SID,
-    snapshots.c.compacted_through_sequence >= bindparam("lowest"),
+_DELETE_CUT_RUN = Prepared(delete(session_runs).where(_CUT_RUN))
+_DELETE_COVERING_SNAPSHOTS = Prepared(
+    delete(snapshots).where(
+        snapshots.c.session_id == _SID,
+        snapshots.c.compacted_through_sequence >= bindparam("lowest", type_=BigInteger()),
+    )
 )
-_REWOUND_SESSION = (
+_REWOUND_SESSION = Prepared(
     update(sessions)
     .where(sessions.c.session_id == _SID)
     .values(
-        message_count=sessions.c.message_count - bindparam("removed"),
+        message_count=sessions.c.message_count - bindparam("removed", type_=BigInteger()),
         snapshot_version=select(func.coalesce(func.max(snapshots.c.version), 0))
         .where(snapshots.c.session_id == _SID)
         .scalar_subquery(),
@@ -561,41 +572,41 @@ _REWOUND_SESSION = (
 def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
     ids of the runs the cut truncated or deleted."""
-    cut_row = conn.execute(_CUT_ROW, {"sid": session_id, "keep": keep_entries}).first()
+    cut_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_entries}).first()
     if cut_row is None:
         return 0, []
-    cut = int(cut_row.sequence)
+    cut, cut_run_id, cut_request_id = cut_row
     at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
-    before = conn.execute(_BEFORE_CUT, at_cut)
-    kept_part: list[Any] = []
-    for row in before:
-        if (row.run_id, row.request_id) != (cut_row.run_id, cut_row.request_id):
+    before = _BEFORE_CUT.execute(conn, at_cut)
+    kept_part: list[tuple[int, str | None, str]] = []  # (sequence, entry_type, call_id)
+    for sequence, run_id, request_id, entry_type, call_id in before:
+        if (run_id, request_id) != (cut_run_id, cut_request_id):
             break
-        kept_part.append(row)
+        kept_part.append((sequence, entry_type, call_id))
     before.close()
-    answered = {row.call_id for row in kept_part if row.entry_type == "tool_result"}
+    answered = {call_id for _, entry_type, call_id in kept_part if entry_type == "tool_result"}
     dangling = [
-        int(row.sequence)
-        for row in kept_part
-        if row.entry_type == "tool_call" and row.call_id not in answered
+        sequence
+        for sequence, entry_type, call_id in kept_part
+        if entry_type == "tool_call" and call_id not in answered
     ]
-    removed = int(conn.execute(_DELETE_TAIL, at_cut).rowcount)
+    removed = int(_DELETE_TAIL.execute(conn, at_cut).rowcount)
     if dangling:
-        conn.execute(_DELETE_DANGLING, {"sid": session_id, "dangling": dangling})
+        _DELETE_ONE.execute(conn, {"sid": session_id}, [{"seq": seq} for seq in dangling])
         removed += len(dangling)
-    touched = list(conn.execute(_SELECT_LATER_RUNS, at_cut).scalars())
-    if cut_row.run_id is not None and cut_row.run_id not in touched:
-        touched.append(cut_row.run_id)
-    conn.execute(_DELETE_LATER_RUNS, at_cut)
-    if cut_row.run_id is not None and kept_part:
+    touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, at_cut)]
+    if cut_run_id is not None and cut_run_id not in touched:
+        touched.append(cut_run_id)
+    _DELETE_LATER_RUNS.execute(conn, at_cut)
+    if cut_run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
-        cut_run = {"sid": session_id, "cut_run_id": cut_row.run_id, "remaining": remaining}
-        conn.execute(_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN, cut_run)
+        cut_run = {"sid": session_id, "cut_run_id": cut_run_id, "remaining": remaining}
+        (_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN).execute(conn, cut_run)
     lowest_removed = min([cut, *dangling])
-    conn.execute(_DELETE_COVERING_SNAPSHOTS, {"sid": session_id, "lowest": lowest_removed})
-    conn.execute(_REWOUND_SESSION, {"sid": session_id, "removed": removed, "now": utcnow()})
+    _DELETE_COVERING_SNAPSHOTS.execute(conn, {"sid": session_id, "lowest": lowest_removed})
+    _REWOUND_SESSION.execute(conn, {"sid": session_id, "removed": removed, "now": utcnow()})
     return removed, touched
 
 
