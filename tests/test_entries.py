@@ -93,3 +93,13 @@ def test_usage_adds_up() -> None:
         "cache_write_tokens": 0,
         "reasoning_tokens": 0,
     }
+
+
+def test_call_id_of_reads_the_field_or_none() -> None:
+    from lovia_store.entries import call_id_of
+
+    call = entry_from_dict({"type": "tool_call", "call_id": "c1", "name": "n", "arguments": "{}"})
+    result = entry_from_dict({"type": "tool_result", "call_id": "c1", "output": "ok"})
+    assert call_id_of(call) == "c1" and call_id_of(result) == "c1"
+    assert call_id_of(InputEntry(role="user", content="hi")) is None
+    assert call_id_of(entry_from_dict({"type": "assistant_text", "content": "x"})) is None

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from ..db.dialect import bump_session
 from ..db.tables import messages
 from ..db.types import utcnow
-from ..entries import entry_to_json
+from ..entries import call_id_of, entry_to_json
 from ..errors import UserError
 from ..stores.segments import check_id
 from .ids import new_uuid7
@@ -76,7 +76,7 @@ class PendingMessage:
             "request_id": rid,
             "run_id": None,
             "entry_type": entry.type,
-            "call_id": getattr(entry, "call_id", None),
+            "call_id": call_id_of(entry),
             "entry_json": entry_to_json(entry),
             "metadata_json": encode_object(metadata, "metadata"),
             "tags_json": encode_object(tags, "tags", nonempty_keys=True),

@@ -44,6 +44,7 @@ from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
+    call_id_of,
     entries_from_json_rows,
     entry_to_json,
 )
@@ -234,7 +235,7 @@ def _store_run(
             "run_id": run_id,
             "meta_json": meta_json,
             "entry_types": [entry.type for entry in entries],
-            "call_ids": [getattr(entry, "call_id", None) for entry in entries],
+            "call_ids": [call_id_of(entry) for entry in entries],
             "documents": documents,
         }
         try:
@@ -273,7 +274,7 @@ def _store_run(
             {
                 "sequence": first + i,
                 "entry_type": entry.type,
-                "call_id": getattr(entry, "call_id", None),
+                "call_id": call_id_of(entry),
                 "entry_json": document,
             }
             for i, (entry, document) in enumerate(zip(entries, documents, strict=True))
