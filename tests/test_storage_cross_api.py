@@ -153,6 +153,31 @@ async def test_rewind_removes_snapshots_beyond_the_cut(both: Both) -> None:
     assert [r.sequence for r in await both.storage.list_raw_messages("s")] == [1, 2, 3, 4, 5, 6, 11]
 
 
+async def test_rewind_that_keeps_every_snapshot_keeps_the_version(both: Both) -> None:
+    for i in range(3):
+        await both.session.append("s", [user(f"q{i}"), say(f"a{i}")], run_id=f"r{i}")
+    await both.storage.snapshot("s", CompactedMessage(content="v1"), 2, 0)
+    assert await both.session.rewind("s", keep_entries=4) == 2
+    view = await both.storage.load("s")
+    assert view.snapshot is not None and view.snapshot.version == 1
+    with pytest.raises(SnapshotConflictError) as caught:
+        await both.storage.snapshot("s", CompactedMessage(content="stale"), 4, 0)
+    assert caught.value.actual == 1
+    assert (await both.storage.snapshot("s", CompactedMessage(content="v2"), 4, 1)).version == 2
+
+
+async def test_rewind_inside_a_long_segment_finds_its_dangling_call(both: Both) -> None:
+    # One request of 104 messages: the rows before the cut are read back in pages.
+    for i in range(50):
+        await both.storage.append("s", "req", user(f"q{i}"))
+        await both.storage.append("s", "req", say(f"a{i}"))
+    for message in [call("x"), say("thinking"), result("x"), say("done")]:
+        await both.storage.append("s", "req", message)
+    assert await both.session.rewind("s", keep_entries=102) == 3
+    records = await both.storage.list_raw_messages("s")
+    assert [r.sequence for r in records] == [*range(1, 101), 102]
+
+
 async def test_rewind_to_zero_leaves_no_snapshot(both: Both) -> None:
     await both.storage.append("s", "req", user("q"))
     await both.storage.append("s", "req", say("a"))

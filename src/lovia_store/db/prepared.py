@@ -25,7 +25,7 @@ log or trace every statement, create it with ``echo=True``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
@@ -56,10 +56,6 @@ class Rows(Protocol):
 
     def fetchmany(self, size: int) -> Sequence[Any]: ...
 
-    def __iter__(self) -> Iterator[Any]: ...
-
-    def close(self) -> None: ...
-
 
 class _DriverRows:
     """The result of a statement run on the driver's cursor."""
@@ -89,12 +85,6 @@ class _DriverRows:
 
     def fetchmany(self, size: int) -> Sequence[Any]:
         return self._cursor.fetchmany(size)  # type: ignore[no-any-return]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._cursor)
-
-    def close(self) -> None:
-        self._cursor.close()
 
 
 class _Plan(NamedTuple):

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
     ARRAY,
     BigInteger,
     Connection,
-    Integer,
     String,
     Text,
     bindparam,
@@ -482,46 +481,52 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
     return out
 
 
-_SEGMENT_KEYS_BELOW = Prepared(
-    select(m.sequence, m.run_id, m.request_id)
+_ROWS_BELOW = Prepared(
+    select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
     .where(
         m.session_id == bindparam("sid", type_=String()),
         m.sequence < bindparam("below", type_=BigInteger()),
     )
     .order_by(m.sequence.desc())
-    .limit(bindparam("size", type_=Integer))
+    .limit(bindparam("size", type_=BigInteger()))
 )
 
 
-def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
-    """The first sequence of the last ``keep_runs`` segments (None: keep nothing).
+def _rows_below(conn: Connection, session_id: str, below: int) -> Iterator[Any]:
+    """The session's rows before sequence ``below``, last first, as
+    ``(sequence, run_id, request_id, entry_type, call_id)``.
 
-    Read backwards in growing keyset pages: the last few segments are usually
-    a few dozen rows, and a server driver would otherwise fetch the whole
-    session's keys.
+    Read in growing keyset pages: callers stop after the last few segments,
+    usually a few dozen rows, and a server driver would otherwise fetch the
+    keys of the session's whole prefix.
     """
+    size = 64
+    while True:
+        rows = _ROWS_BELOW.execute(conn, {"sid": session_id, "below": below, "size": size}).all()
+        yield from rows
+        if len(rows) < size:
+            return
+        below, size = rows[-1][0], min(size * 4, 4096)
+
+
+def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
+    """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
     if keep_runs == 0:
         return None
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
-    below, size = _NO_CUTOFF, 64
-    while True:
-        params = {"sid": session_id, "below": below, "size": size}
-        rows = _SEGMENT_KEYS_BELOW.execute(conn, params).all()
-        for sequence, run_id, request_id in rows:
-            if (run_id, request_id) != key:
-                if seen == keep_runs:
-                    return first
-                seen += 1
-                key = (run_id, request_id)
-            first = sequence
-        if len(rows) < size:
-            return 0
-        below, size = rows[-1][0], min(size * 4, 4096)
+    for sequence, run_id, request_id, _, _ in _rows_below(conn, session_id, _NO_CUTOFF):
+        if (run_id, request_id) != key:
+            if seen == keep_runs:
+                return first
+            seen += 1
+            key = (run_id, request_id)
+        first = sequence
+    return 0
 
 
-# Rewind's statements (up to eight), prepared: a rewind is rare in a process,
+# Rewind's statements, prepared: a rewind is rare in a process,
 # so SQLAlchemy's per-statement first-use work would cost more than SQLite's.
 _SID = bindparam("sid", type_=String())
 _CUT = bindparam("cut", type_=BigInteger())
@@ -531,11 +536,6 @@ _CUT_ROW = Prepared(
     .order_by(m.sequence)
     .limit(1)
     .offset(bindparam("keep", type_=BigInteger))
-)
-_BEFORE_CUT = Prepared(
-    select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
-    .where(m.session_id == _SID, m.sequence < _CUT)
-    .order_by(m.sequence.desc())
 )
 _DELETE_TAIL = Prepared(delete(messages).where(m.session_id == _SID, m.sequence >= _CUT))
 _DELETE_ONE = Prepared(
@@ -562,10 +562,17 @@ _REWOUND_SESSION = Prepared(
     .where(sessions.c.session_id == _SID)
     .values(
         message_count=sessions.c.message_count - bindparam("removed", type_=BigInteger()),
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
+)
+# Once snapshots went, the session's version is that of the newest one left.
+_RESET_SNAPSHOT_VERSION = Prepared(
+    update(sessions)
+    .where(sessions.c.session_id == _SID)
+    .values(
         snapshot_version=select(func.coalesce(func.max(snapshots.c.version), 0))
         .where(snapshots.c.session_id == _SID)
-        .scalar_subquery(),
-        updated_at=bindparam("now", type_=UTCDateTime()),
+        .scalar_subquery()
     )
 )
 
@@ -580,13 +587,11 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
-    before = _BEFORE_CUT.execute(conn, at_cut)
-    kept_part: list[tuple[int, str | None, str]] = []  # (sequence, entry_type, call_id)
-    for sequence, run_id, request_id, entry_type, call_id in before:
+    kept_part: list[tuple[int, str, str | None]] = []  # (sequence, entry_type, call_id)
+    for sequence, run_id, request_id, entry_type, call_id in _rows_below(conn, session_id, cut):
         if (run_id, request_id) != (cut_run_id, cut_request_id):
             break
         kept_part.append((sequence, entry_type, call_id))
-    before.close()
     answered = {call_id for _, entry_type, call_id in kept_part if entry_type == "tool_result"}
     dangling = [
         sequence
@@ -597,7 +602,7 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     if dangling:
         _DELETE_ONE.execute(conn, {"sid": session_id}, [{"seq": seq} for seq in dangling])
         removed += len(dangling)
-    touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, at_cut)]
+    touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, at_cut).all()]
     if cut_run_id is not None and cut_run_id not in touched:
         touched.append(cut_run_id)
     _DELETE_LATER_RUNS.execute(conn, at_cut)
@@ -606,7 +611,9 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         cut_run = {"sid": session_id, "cut_run_id": cut_run_id, "remaining": remaining}
         (_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN).execute(conn, cut_run)
     lowest_removed = min([cut, *dangling])
-    _DELETE_COVERING_SNAPSHOTS.execute(conn, {"sid": session_id, "lowest": lowest_removed})
+    covering = {"sid": session_id, "lowest": lowest_removed}
+    if _DELETE_COVERING_SNAPSHOTS.execute(conn, covering).rowcount:
+        _RESET_SNAPSHOT_VERSION.execute(conn, {"sid": session_id})
     _REWOUND_SESSION.execute(conn, {"sid": session_id, "removed": removed, "now": utcnow()})
     return removed, touched
 
