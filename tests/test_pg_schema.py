@@ -176,6 +176,13 @@ async def test_two_schemas_in_one_database_are_independent(pg_url: str) -> None:
             listed = await SQLSessionStorage(db).list_sessions()
             assert {s.session_id for s in listed} == {"s-1", f"raw-{tag}"}
             assert [r.run_id for r in await SQLCheckpointer(db).list_runs()] == [f"cp-{tag}"]
+        # Trim and rewind (prepared statements, compiled per schema) stay in theirs.
+        long = a_run("long", output="x" * 500)
+        await SQLSession(agents).append("s-1", long, run_id="run-long")
+        assert await SQLSession(agents).trim_tool_results("s-1", keep_chars=10, keep_runs=0) == 1
+        assert await SQLSession(agents).rewind("s-1", keep_entries=2) == 7
+        assert len(await SQLSession(agents).load("s-1")) == 1  # the dangling call went too
+        assert await SQLSession(other).load("s-1") == a_run("b")
         await SQLSession(agents).clear("s-1")
         assert await SQLSession(agents).load("s-1") == []
         assert len(await SQLSession(other).load("s-1")) == 4

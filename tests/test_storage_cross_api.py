@@ -178,6 +178,19 @@ async def test_rewind_inside_a_long_segment_finds_its_dangling_call(both: Both) 
     assert [r.sequence for r in records] == [*range(1, 101), 102]
 
 
+async def test_rewind_drops_every_dangling_call_and_the_snapshots_they_were_in(
+    both: Both,
+) -> None:
+    for message in [user("q"), call("a"), call("b"), result("a"), result("b"), say("done")]:
+        await both.storage.append("s", "req", message)
+    await both.storage.snapshot("s", CompactedMessage(content="v1"), 2, 0)
+    # Keep three: the question and both calls, whose results go, so the calls go too.
+    assert await both.session.rewind("s", keep_entries=3) == 5
+    view = await both.storage.load("s")
+    assert (view.snapshot, view.messages) == (None, [user("q")])
+    assert (await both.storage.snapshot("s", CompactedMessage(content="x"), 1, 0)).version == 1
+
+
 async def test_rewind_to_zero_leaves_no_snapshot(both: Both) -> None:
     await both.storage.append("s", "req", user("q"))
     await both.storage.append("s", "req", say("a"))

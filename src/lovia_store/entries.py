@@ -163,11 +163,10 @@ def entry_to_dict(entry: TranscriptEntry) -> dict[str, Any]:
 def call_id_of(entry: TranscriptEntry) -> str | None:
     """The entry's tool call id, None for entries that have none.
 
-    Read from the fields, not with ``getattr``: a missing attribute goes
-    through pydantic's ``__getattr__`` and costs 2 µs, several per append.
+    Not ``getattr(entry, "call_id", None)``: a missing attribute goes through
+    pydantic's ``__getattr__`` and costs 2 µs, several per append.
     """
-    call_id: str | None = entry.__dict__.get("call_id")
-    return call_id
+    return entry.call_id if isinstance(entry, (ToolCallEntry, ToolResultEntry)) else None
 
 
 def entry_to_json(entry: TranscriptEntry) -> str:

@@ -565,7 +565,8 @@ _REWOUND_SESSION = Prepared(
         updated_at=bindparam("now", type_=UTCDateTime()),
     )
 )
-# Once snapshots went, the session's version is that of the newest one left.
+# Once snapshots went, the session's version is that of the newest one left
+# (while none goes it already is: every writer keeps it so).
 _RESET_SNAPSHOT_VERSION = Prepared(
     update(sessions)
     .where(sessions.c.session_id == _SID)
