@@ -36,7 +36,9 @@ LEGACY = Path(
 )
 
 SQLITE_KINDS = ("sqlite", "sqlite_wal")
-SERVER_KINDS = ("postgres", "mariadb")
+# PostgreSQL twice: through asyncpg (what lovia-store ships with) and through
+# psycopg (what a host's own engine may use).
+SERVER_KINDS = ("postgres", "postgres_psycopg", "mariadb")
 SQL_KINDS = SQLITE_KINDS + SERVER_KINDS
 ALL_KINDS = ("memory", *SQL_KINDS)
 
@@ -170,7 +172,9 @@ async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
     elif kind in SQLITE_KINDS:
         yield Backend(kind, str(tmp_path / "store.sqlite3"))
     else:
-        async with fresh_server_database(kind) as url:
+        async with fresh_server_database("mariadb" if kind == "mariadb" else "postgres") as url:
+            if kind == "postgres_psycopg":
+                url = make_url(url).set(drivername="postgresql+psycopg").render_as_string(False)
             yield Backend(kind, url)
 
 

@@ -98,7 +98,7 @@ def test_bad_targets_and_options(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="wal"):
         SQLiteSession(Database(tmp_path / "y.sqlite3"), wal=True)  # type: ignore[arg-type]
     with pytest.raises(MissingDriverError, match="pip install") as caught:
-        Database("postgresql+psycopg://u:p@localhost/db")
+        Database("mysql+aiomysql://u:p@localhost/db")
     assert isinstance(caught.value, ImportError)
 
 

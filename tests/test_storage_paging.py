@@ -92,7 +92,9 @@ def statements(store: SQLSessionStorage) -> Iterator[list[tuple[str, Any]]]:
     seen: list[tuple[str, Any]] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, parameters))
+        # Positional (asyncpg, asyncmy, sqlite3) or named, in the SQL's order (psycopg).
+        values = parameters.values() if isinstance(parameters, dict) else parameters
+        seen.append((statement, list(values)))
 
     engine = getattr(store.database.engine, "sync_engine", store.database.engine)
     event.listen(engine, "before_cursor_execute", record)

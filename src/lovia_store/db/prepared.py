@@ -1,4 +1,4 @@
-"""Hot statements compiled once per dialect and run with positional parameters.
+"""Hot statements compiled once per dialect and run with the driver's own parameters.
 
 An append runs the same three statements thousands of times. For them,
 SQLAlchemy's per-execution work (building the parameter dictionaries, one type
@@ -10,7 +10,9 @@ translation, invalidation and events. Values every row of a multi-row insert
 shares (the session, the run, the timestamp) are converted once.
 
 Results carry no column types: use it for statements whose returned columns
-need no result processing (integers, plain strings).
+need no result processing (integers, plain strings). Statements that run
+rarely (a rewind's) are prepared too: in a fresh process SQLAlchemy's
+first-use work per statement costs more than SQLite's own.
 
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
 (the SQLite engine lovia-store creates itself, unless ``echo=True``) the
@@ -67,7 +69,9 @@ class _DriverRows:
         self.rowcount: int = cursor.rowcount
 
     def first(self) -> Any:
-        return self._cursor.fetchone()
+        row = self._cursor.fetchone()
+        self._cursor.close()
+        return row
 
     def one(self) -> Any:
         row = self._cursor.fetchone()
@@ -89,9 +93,17 @@ class _DriverRows:
 
 class _Plan(NamedTuple):
     sql: str
-    names: tuple[str, ...]  # the bound parameter of each placeholder, in order
     processors: dict[str, Callable[[Any], Any]]
     fixed: dict[str, Any]  # values the statement itself gives (``limit(1)``), converted
+    arrange: Callable[[Mapping[str, Any]], Any]  # values by name -> the driver's parameters
+
+
+def _in_order(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda values: tuple([values[name] for name in names])
+
+
+def _by_name(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda values: {name: values[name] for name in names}
 
 
 class Prepared:
@@ -123,11 +135,15 @@ class Prepared:
         compiled: Any = self.statement.compile(  # type: ignore[attr-defined]
             dialect=dialect, **(placed if translate else {})
         )
-        names = tuple(compiled.positiontup or ())
-        if not dialect.positional or compiled.post_compile_params:
-            # Positional parameters in fixed SQL only: an expanding IN is
-            # rendered anew for each set of values.
+        if compiled.post_compile_params or compiled.escaped_bind_names:
+            # Fixed SQL only: an expanding IN is rendered anew for each set of values.
             raise TypeError(f"{dialect.name}: this statement cannot be prepared: {compiled}")
+        if dialect.positional:  # asyncpg, asyncmy, sqlite3: each placeholder's bind, in order
+            names = tuple(compiled.positiontup)
+            arrange = _in_order(names)
+        else:  # psycopg: named placeholders
+            names = tuple(dict.fromkeys(compiled.bind_names.values()))
+            arrange = _by_name(names)
         processors = {}
         fixed = {}
         for name in names:
@@ -139,7 +155,7 @@ class Prepared:
                 fixed[name] = bind.effective_value
                 if processor is not None:
                     fixed[name] = processor(fixed[name])
-        return _Plan(compiled.string, names, processors, fixed)
+        return _Plan(compiled.string, processors, fixed, arrange)
 
     def execute(
         self,
@@ -157,10 +173,10 @@ class Prepared:
             for name, value in params.items()
         }
         if plan.fixed:
-            shared = {**plan.fixed, **shared}
+            shared.update(plan.fixed)
         arguments: Any
         if rows is None:
-            arguments = tuple([shared[name] for name in plan.names])
+            arguments = plan.arrange(shared)
         else:
             converted = [name for name in rows[0] if name in processors] if rows else []
             arguments = []
@@ -168,7 +184,7 @@ class Prepared:
                 values = {**shared, **row}
                 for name in converted:
                     values[name] = processors[name](values[name])
-                arguments.append(tuple([values[name] for name in plan.names]))
+                arguments.append(plan.arrange(values))
         if options.get(DRIVER_CURSOR):
             return _on_driver_cursor(conn, plan.sql, arguments, many=rows is not None)
         return conn.exec_driver_sql(plan.sql, arguments)
