@@ -326,6 +326,32 @@ def test_prepared_statements_take_the_values_the_statement_gives(driver_cursor: 
     engine.dispose()
 
 
+def test_a_prepared_statements_own_value_is_converted_like_a_parameter() -> None:
+    """A value written into the statement goes through its type's bind processor,
+    as a parameter's does: stored as Core would store it, read back the same."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from sqlalchemy import Column, MetaData, Table, create_engine, literal, select
+
+    from lovia_store.db.prepared import DRIVER_CURSOR, Prepared
+    from lovia_store.db.types import UTCDateTime
+
+    stamps = Table("stamps", MetaData(), Column("at", UTCDateTime()))
+    noon_in_paris = datetime(2026, 12, 1, 13, 0, tzinfo=timezone(timedelta(hours=1)))
+    insert = Prepared(stamps.insert().values(at=literal(noon_in_paris, UTCDateTime())))
+    engine = create_engine("sqlite://", execution_options={DRIVER_CURSOR: True})
+    with engine.connect() as conn:
+        stamps.create(conn)
+        insert.execute(conn, {})
+        conn.execute(stamps.insert().values(at=noon_in_paris))
+        stored = conn.execute(text("SELECT at FROM stamps")).scalars().all()
+        assert stored[0] == stored[1]  # the same text Core writes
+        assert conn.execute(select(stamps.c.at)).scalars().first() == datetime(
+            2026, 12, 1, 12, 0, tzinfo=UTC
+        )
+    engine.dispose()
+
+
 @pytest.mark.parametrize("target", ["file", ":memory:"])
 async def test_a_job_that_leaves_its_connection_odd_does_not_break_the_next(
     tmp_path: Path, target: str
