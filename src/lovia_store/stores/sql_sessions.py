@@ -156,9 +156,10 @@ _SEGMENT_ROWS = (
 # is recognised (the closing quote follows the sentinel in the stored JSON).
 _NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
+_SID = bindparam("sid", type_=String())
 _TRIM_CANDIDATES = Prepared(
     select(m.sequence, _DOCUMENT).where(
-        m.session_id == bindparam("sid", type_=String()),
+        m.session_id == _SID,
         m.sequence < bindparam("cutoff", type_=BigInteger()),
         m.entry_type == "tool_result",
         byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
@@ -484,7 +485,7 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
 _ROWS_BELOW = Prepared(
     select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
     .where(
-        m.session_id == bindparam("sid", type_=String()),
+        m.session_id == _SID,
         m.sequence < bindparam("below", type_=BigInteger()),
     )
     .order_by(m.sequence.desc())
@@ -528,7 +529,6 @@ def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> i
 
 # Rewind's statements, prepared: a rewind is rare in a process,
 # so SQLAlchemy's per-statement first-use work would cost more than SQLite's.
-_SID = bindparam("sid", type_=String())
 _CUT = bindparam("cut", type_=BigInteger())
 _CUT_ROW = Prepared(
     select(m.sequence, m.run_id, m.request_id)
