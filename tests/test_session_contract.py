@@ -365,7 +365,7 @@ async def test_megabytes_and_every_emoji_round_trip(backend: Backend) -> None:
         if not backend.durable:
             await store.append("s", entries, run_id="r", meta={"emoji": "🦄", "🔑": text})
         assert await store.load("s") == entries
-        assert (await store.segments("s"))[0].meta == {"emoji": "🦄", "🔑": text}
+        assert await store.segments("s") == [Segment("r", entries, {"emoji": "🦄", "🔑": text})]
 
 
 async def test_ids_are_compared_exactly(backend: Backend) -> None:

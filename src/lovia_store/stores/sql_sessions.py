@@ -38,7 +38,7 @@ from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignor
 from ..db.errors import violated_constraint
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.text_sql import byte_length, has_substring, utf8_bytes
+from ..db.text_sql import byte_length, has_substring, utf8_bytes, utf8_bytes_every_row
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
@@ -138,9 +138,11 @@ def _append_in_one_statement() -> Prepared:
 _APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
 
 # Reads built once with bound parameters (no construction or cache key per call).
-# Entry documents are read as UTF-8 bytes on SQLite (see utf8_bytes).
+# Entry documents are read as UTF-8 bytes on SQLite (see utf8_bytes), and by the
+# reads of a whole session on asyncpg too.
 _DOCUMENT = utf8_bytes(m.entry_json).label("entry_json")
-_LOAD = select(_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
+_EVERY_DOCUMENT = utf8_bytes_every_row(m.entry_json).label("entry_json")
+_LOAD = select(_EVERY_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
 _BATCH = (
     select(m.sequence, _DOCUMENT)
     .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
@@ -148,7 +150,7 @@ _BATCH = (
     .limit(bindparam("size", type_=BigInteger))
 )
 _SEGMENT_ROWS = (
-    select(m.request_id, m.run_id, _DOCUMENT)
+    select(m.request_id, m.run_id, _EVERY_DOCUMENT)
     .where(m.session_id == bindparam("sid"))
     .order_by(m.sequence)
 )
