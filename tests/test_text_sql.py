@@ -22,10 +22,12 @@ def _sql(element: object, dialect: object) -> str:
         (postgresql.psycopg.dialect(), "docs.entry_json"),  # psycopg reads bytea as hex text
         (create_engine("sqlite://").dialect, "CAST(docs.entry_json AS BLOB)"),
     ],
-    ids=["asyncpg", "psycopg", "sqlite"],
+    ids=["asyncpg", "psycopg", "pysqlite"],
 )
 def test_whole_reads_take_bytes_where_the_driver_gains(dialect: object, every_row: str) -> None:
-    assert every_row in _sql(utf8_bytes_every_row(_DOCS.c.entry_json), dialect)
+    assert _sql(utf8_bytes_every_row(_DOCS.c.entry_json), dialect).startswith(
+        f"SELECT {every_row} AS "
+    )
 
 
 def test_paged_reads_never_convert_on_the_server() -> None:
