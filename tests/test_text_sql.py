@@ -6,7 +6,9 @@ import pytest
 from sqlalchemy import column, create_engine, select, table
 from sqlalchemy.dialects import postgresql
 
-from lovia_store.db.text_sql import utf8_bytes, utf8_bytes_every_row
+from lovia_store.db.text_sql import utf8_bytes_every_row
+from lovia_store.storage import reads
+from lovia_store.stores import sql_sessions
 
 _DOCS = table("docs", column("entry_json"))
 
@@ -30,7 +32,22 @@ def test_whole_reads_take_bytes_where_the_driver_gains(dialect: object, every_ro
     )
 
 
-def test_paged_reads_never_convert_on_the_server() -> None:
-    """An OFFSET page would convert every row it skips."""
-    sql = _sql(utf8_bytes(_DOCS.c.entry_json), postgresql.asyncpg.dialect())
-    assert "convert_to" not in sql
+@pytest.mark.parametrize(
+    ("statement", "whole"),
+    [
+        (sql_sessions._LOAD, True),
+        (sql_sessions._SEGMENT_ROWS, True),
+        (sql_sessions._BATCH, False),  # a LIMIT: a plan sorting first would convert every row
+        (sql_sessions._TRIM_CANDIDATES.statement, False),
+        (reads._PAGE, False),
+        (reads._OFFSET_PAGE, False),  # an OFFSET converts every row it skips
+        (reads._TAIL, False),
+    ],
+    ids=["load", "segments", "iter_entries", "trim", "page", "offset_page", "view_tail"],
+)
+def test_only_whole_session_reads_convert_on_the_server(statement: object, whole: bool) -> None:
+    assert ("convert_to(" in _sql_of(statement, postgresql.asyncpg.dialect())) is whole
+
+
+def _sql_of(statement: object, dialect: object) -> str:
+    return str(statement.compile(dialect=dialect))  # type: ignore[attr-defined]
