@@ -58,7 +58,18 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="watch a run crash mid-way and resume from its checkpoint (the main job)"
     )
-    demo.add_argument("url", nargs="?", help=f"SQLite file to use (default ./{DEFAULT_FILE})")
+    demo.add_argument(
+        "url",
+        nargs="?",
+        help="a new SQLite file or a database URL to run it on (default: a temporary file, "
+        "removed at the end)",
+    )
+    demo.add_argument(
+        "--force",
+        action="store_true",
+        help="use a database that already exists: the demo adds a session and a run of its "
+        "own and changes nothing else",
+    )
     show = commands.add_parser("show", help="print one session's transcript, run by run")
     show.add_argument("session_id")
     show.add_argument("url", nargs="?", help="database URL or SQLite path")
@@ -167,11 +178,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from .demo import main as demo
-
-        return demo([args.url or DEFAULT_FILE])
     try:
+        if args.command == "demo":
+            from .demo import main as demo
+
+            return demo([*([args.url] if args.url else []), *(["--force"] if args.force else [])])
         return asyncio.run(_run(args))
     except LoviaStoreError as exc:
         print(f"lovia-store: {exc}", file=sys.stderr)
