@@ -3,6 +3,15 @@
 Every table carries the ``lovia_`` prefix because hosts share their database
 with us. The naming convention makes constraint names deterministic, which
 Alembic's autogenerate and SQLite batch migrations rely on.
+
+Ids (``Id``: sessions, runs, requests, tool calls) compare exactly on every
+backend. On MySQL and MariaDB every table is ``utf8mb4`` with a NO PAD binary
+collation (``utf8mb4_nopad_bin``, MySQL's ``utf8mb4_0900_bin``), as table
+default and on every text column, whatever the database's default: revision
+0005 sets it. ``Id`` names that collation on the id columns (autogenerate
+compares it where the server reports a column's own collation; MariaDB does
+not for one equal to the table's, so tests/test_exact_ids.py reads
+``information_schema``).
 """
 
 from __future__ import annotations
@@ -84,7 +93,7 @@ messages = Table(
     Column("request_id", Id, nullable=False),
     Column("run_id", Id, nullable=True),
     Column("entry_type", String(32), nullable=False),
-    Column("call_id", String(255), nullable=True),
+    Column("call_id", Id, nullable=True),
     Column("entry_json", JsonText, nullable=False),
     Column("envelope_json", JsonText, nullable=True),
     Column("metadata_json", JsonText, nullable=True),
@@ -173,7 +182,7 @@ tool_effects = Table(
     "lovia_tool_effects",
     metadata,
     Column("run_id", Id, nullable=False),
-    Column("call_id", String(255), nullable=False),
+    Column("call_id", Id, nullable=False),
     Column("tool_name", String(255), nullable=False),
     Column("started_at", UTCDateTime, nullable=False),
     Column("result_json", JsonText, nullable=True),

@@ -10,7 +10,15 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Id", "JsonText", "UTCDateTime", "utcnow"]
+__all__ = [
+    "MARIADB_ID_COLLATION",
+    "MYSQL_ID_COLLATION",
+    "Id",
+    "JsonText",
+    "UTCDateTime",
+    "id_collation",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -69,6 +77,38 @@ def _as_utc(value: datetime) -> datetime:
 # never parses it. LONGTEXT on MySQL so megabyte tool outputs fit.
 JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
-# Ids are caller-chosen strings; 255 characters keep composite keys inside
-# MySQL's index limit under utf8mb4.
-Id = String(255)
+MARIADB_ID_COLLATION = "utf8mb4_nopad_bin"
+MYSQL_ID_COLLATION = "utf8mb4_0900_bin"
+"""NO PAD binary collations: ``utf8mb4_bin`` is PAD SPACE on both servers, where
+``'alice'`` and ``'alice '`` are one key. MySQL's needs 8.0.17 or later."""
+
+
+def id_collation(dialect: Dialect) -> str | None:
+    """The collation our text columns have on this server (None: SQLite and PostgreSQL,
+    whose text comparison is exact already). Revision 0005 sets it."""
+    if dialect.name not in ("mysql", "mariadb"):
+        return None
+    return MARIADB_ID_COLLATION if getattr(dialect, "is_mariadb", False) else MYSQL_ID_COLLATION
+
+
+class _Id(TypeDecorator[str]):
+    """Ids are caller-chosen strings, compared exactly (byte for byte) on every backend.
+
+    255 characters keep composite keys inside MySQL's index limit under
+    utf8mb4. On MySQL and MariaDB the column carries the server's NO PAD
+    binary collation, which is only known once connected (``is_mariadb``),
+    hence a decorator rather than ``String(collation=...)``. Values pass
+    through untouched: no bind or result processing is added.
+    """
+
+    impl = String(255)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        collation = id_collation(dialect)
+        if collation is None:
+            return dialect.type_descriptor(String(255))
+        return dialect.type_descriptor(mysql.VARCHAR(255, collation=collation))
+
+
+Id = _Id()
