@@ -193,8 +193,8 @@ class ThreadRunner(Runner):
     """SQLite through pysqlite in threads: one writer thread, a few reader threads.
 
     The writer thread keeps one connection for its lifetime (no pool checkout
-    per write); a connection that failed is closed and the next write opens a
-    fresh one. Readers take pooled connections.
+    per write); a connection that failed is discarded and the next write opens
+    a fresh one. Readers take pooled connections.
     """
 
     def __init__(
@@ -277,16 +277,21 @@ class ThreadRunner(Runner):
             self._writer_options = held.get_execution_options()
         return held
 
-    def _drop_connection(self) -> None:
+    def _drop_connection(self, *, failed: bool = False) -> None:
+        """Let go of the writer's connection; one a driver error ``failed`` on is
+        discarded rather than pooled again (a reader would take it next)."""
         connection, self._writer_connection = self._writer_connection, None
         if connection is not None:
+            if failed:
+                connection.invalidate()
             connection.close()
 
     def _on_writer_connection(self, job: _Job, begin: Prepared = _BEGIN) -> None:
         try:
             result = _transaction(self._connection(), job.work, begin)
         except _Failed as exc:
-            self._drop_connection()  # whatever state the driver left it in, start afresh
+            # Whatever state the driver left it in, start afresh.
+            self._drop_connection(failed=True)
             job.settle(None, exc)
         except BaseException as exc:  # the work's own error: the transaction rolled back
             job.settle(None, exc)
@@ -312,7 +317,7 @@ class ThreadRunner(Runner):
             try:
                 _run_batch(self._connection(), batch)
             except BaseException as exc:  # nothing of the batch committed
-                self._drop_connection()
+                self._drop_connection(failed=isinstance(exc, _Failed))
                 for job in batch:
                     job.settle(None, exc)
 
@@ -372,6 +377,11 @@ class _LoopEngines:
         )
         # A lone statement is atomic and its own snapshot: no BEGIN/COMMIT round
         # trips for it. (Not on MySQL, where switching autocommit is itself a round trip.)
+        # It shares the pool: on PostgreSQL's drivers the switch costs no round trip
+        # (the level is applied at BEGIN, and reset when the connection is checked
+        # in), and a pool of its own would hold connections idle beside the other.
+        # What it must not do is hand a connection a driver error left unusable to
+        # the next transaction: _on_sync_engine discards any such connection.
         self.one_statement = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else self.read
         )
@@ -457,9 +467,23 @@ class AsyncRunner(Runner):
 
 def _on_sync_engine(engine: Engine, work: Work[T]) -> T:
     """Check out, run ``work`` as one transaction, check in: one greenlet for all
-    three (what ``AsyncConnection`` does in three, one per step)."""
+    three (what ``AsyncConnection`` does in three, one per step).
+
+    A connection on which the driver raised is discarded, not pooled again, as
+    the SQLite runner does: a driver may leave it in a state the pool's reset
+    does not undo. asyncpg does after refusing an argument client-side on an
+    AUTOCOMMIT connection (nothing rolls back there): the server session is left
+    mid-transaction, the next BEGIN ISOLATION LEVEL fails and asyncpg keeps that
+    failed transaction as its current one, so every later transaction on the
+    connection is attempted as a SAVEPOINT and fails, until ``pool_recycle``.
+    Only the failure path pays (a reconnect); success costs nothing more.
+    """
     with engine.connect() as conn:
-        return _transaction(conn, work)
+        try:
+            return _transaction(conn, work)
+        except _Failed:
+            conn.invalidate()
+            raise
 
 
 def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:

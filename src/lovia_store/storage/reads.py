@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Executable, Integer, bindparam, case, select
+from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, select
 
 from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
@@ -39,7 +39,10 @@ p = snapshots.c
 _MAX_KEY = 2**63 - 1
 
 # Built once with bound parameters: a read pays neither statement construction
-# nor cache-key generation. An absent upper bound is the largest key.
+# nor cache-key generation. An absent upper bound is the largest key. LIMIT and
+# OFFSET take every count the argument checks accept (up to 2**63-1): as
+# INTEGER, PostgreSQL (and asyncpg, client-side) refused 2**31 and up.
+_LIMIT = bindparam("limit", type_=BigInteger)
 _PAGE = (
     select(*RECORD_COLUMNS)
     .where(
@@ -48,8 +51,8 @@ _PAGE = (
         m.sequence <= bindparam("through"),
     )
     .order_by(m.sequence)
-    .limit(bindparam("limit", type_=Integer))
-    .offset(bindparam("skip", type_=Integer))
+    .limit(_LIMIT)
+    .offset(bindparam("skip", type_=BigInteger))
 )
 _DENSITY = select(s.last_sequence, s.message_count).where(s.session_id == bindparam("sid"))
 
@@ -61,7 +64,7 @@ def _by_density(dense: Any, holed: Any) -> Any:
     return select(chosen).where(s.session_id == bindparam("sid")).scalar_subquery()
 
 
-_SKIP = bindparam("skip", type_=Integer)
+_SKIP = bindparam("skip", type_=BigInteger)
 _LOWER = bindparam("lower", type_=BigInteger)
 _OFFSET_PAGE = (
     select(*RECORD_COLUMNS)
@@ -71,7 +74,7 @@ _OFFSET_PAGE = (
         m.sequence <= bindparam("through"),
     )
     .order_by(m.sequence)
-    .limit(bindparam("limit", type_=Integer))
+    .limit(_LIMIT)
     .offset(_by_density(0, _SKIP))
 )
 """A page at an offset in one statement: the density check is a subquery."""

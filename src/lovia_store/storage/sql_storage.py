@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, select, update
+from sqlalchemy import BigInteger, Connection, bindparam, select, update
 
 from ..db.dialect import insert_ignore
 from ..db.tables import sessions
@@ -189,7 +189,11 @@ class SQLSessionStorage(SQLStore):
             if codes is not None:
                 query = query.where(s.session_type.in_(codes))
             query = query.order_by(s.updated_at.desc(), s.session_id.desc())
-            return (conn.execute(query.limit(limit).offset(offset))).all()
+            # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
+            query = query.limit(bindparam("limit", limit, type_=BigInteger)).offset(
+                bindparam("offset", offset, type_=BigInteger)
+            )
+            return (conn.execute(query)).all()
 
         return [summary_from_row(row) for row in await self.database.read(work)]
 

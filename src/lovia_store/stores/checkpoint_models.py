@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..entries import ToolResultEntry, TranscriptEntry, Usage
 from ..errors import UserError
+from .segments import check_count
 
 __all__ = [
     "Checkpointer",
@@ -152,7 +153,5 @@ def check_head(head: Any) -> RunHead:
 def check_listing(status: Any, limit: Any, offset: Any) -> None:
     if status is not None and status not in RUN_STATUSES:
         raise UserError(f"status must be one of {', '.join(RUN_STATUSES)} or None, got {status!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise UserError(f"limit must be a positive integer, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise UserError(f"offset must be a non-negative integer, got {offset!r}")
+    check_count(limit, "limit", minimum=1)
+    check_count(offset, "offset", minimum=0)

@@ -60,10 +60,21 @@ class Session(Protocol):
 
 
 def check_id(value: object, what: str) -> str:
+    """Every id's one check (sessions, runs, requests, parents), before any SQL."""
     if not isinstance(value, str) or not value:
         raise UserError(f"{what} must be a non-empty string, got {value!r}")
     if len(value) > 255:
         raise UserError(f"{what} is {len(value)} characters long; the limit is 255")
+    if not value.isascii():
+        # A lone surrogate (what json.loads gives for "\ud800") has no UTF-8 form:
+        # no backend can store or look it up, and a driver refusing it mid-call
+        # is not a misuse error.
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UserError(
+                f"{what} is not valid Unicode: a lone surrogate at position {exc.start}"
+            ) from None
     return value
 
 

@@ -214,7 +214,12 @@ class SQLCheckpointer(SQLStore):
         query = select(h.run_id, h.head_json, h.entry_count, h.updated_at)
         if status is not None:
             query = query.where(h.status == status)
-        query = query.order_by(h.updated_at.desc(), h.run_id.desc()).limit(limit).offset(offset)
+        # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
+        query = (
+            query.order_by(h.updated_at.desc(), h.run_id.desc())
+            .limit(bindparam("limit", limit, type_=BigInteger))
+            .offset(bindparam("offset", offset, type_=BigInteger))
+        )
 
         def work(conn: Connection) -> list[Any]:
             return list((conn.execute(query)).all())
