@@ -24,6 +24,7 @@ from conftest import LEGACY
 from helpers import a_run
 from lovia_store import SQLSession, check, upgrade
 from lovia_store.cli import DEFAULT_FILE, main
+from lovia_store.db.schema import head_revision
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -31,6 +32,7 @@ MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
 ALICE = next(s for s in MANIFEST["sessions"] if s["session_id"] == "alice")
 
 Capsys = pytest.CaptureFixture[str]
+HEAD = head_revision()
 
 
 def cli(capsys: Capsys, *args: str) -> tuple[int, str, str]:
@@ -110,9 +112,12 @@ def test_upgrade_creates_a_current_database(tmp_path: Path, capsys: Capsys) -> N
     path = tmp_path / "new" / "store.sqlite3"
     code, out, _ = cli(capsys, "upgrade", str(path))
     assert code == 0 and path.is_file()
-    assert out == "schema is current\n"
+    url = f"sqlite+aiosqlite:///{path}"
+    assert out == f"{url}: upgraded from revision none (no lovia-store schema yet) to {HEAD}\n"
     assert cli(capsys, "check", str(path))[:2] == (0, "schema is current\n")
-    assert cli(capsys, "upgrade", str(path))[0] == 0
+    code, out, _ = cli(capsys, "upgrade", str(path))
+    assert code == 0
+    assert out == f"{url}: schema is current (revision {HEAD}), no change\n"
     asyncio.run(check(str(path)))
 
 

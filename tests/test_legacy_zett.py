@@ -278,9 +278,12 @@ async def test_trimming_an_adopted_tool_result_drops_its_envelope(
 async def test_adoption_happens_on_postgresql_too(
     legacy_copy: Callable[[str], Path], pg_url: str
 ) -> None:
-    """zett-agent's tables on a PostgreSQL server are adopted by the same migration."""
+    """zett-agent's tables on a PostgreSQL server are adopted by the same migration (told
+    that a dump exists: a server database cannot be copied aside first)."""
+    from lovia_store import Database
+
     await _copy_zett_tables_to_postgres(legacy_copy("zett-0.2.1.sqlite3"), pg_url)
-    async with SQLSessionStorage(pg_url) as store:
+    async with Database(pg_url, legacy_backup=False) as db, SQLSessionStorage(db) as store:
         await assert_matches(store, MANIFEST)
         assert not ZETT_TABLES & await store.database.read(_table_names)
 

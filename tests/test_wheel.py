@@ -137,7 +137,7 @@ def test_console_script_upgrade_then_check(installed: Installed) -> None:
     """``lovia-store upgrade FILE`` then ``lovia-store check FILE`` from the installed script."""
     path = installed.workdir / "cli.sqlite3"
     upgraded = _check(installed.run(installed.script, "upgrade", path))
-    assert "schema is current" in upgraded.stdout
+    assert "upgraded from revision none (no lovia-store schema yet)" in upgraded.stdout
     assert path.is_file()
     checked = _check(installed.run(installed.script, "check", path))
     assert checked.stdout == "schema is current\n"

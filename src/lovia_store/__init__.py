@@ -20,6 +20,7 @@ from .entries import (
 from .errors import (
     ConflictError,
     JoinedLineageError,
+    LegacyBackupError,
     LoviaStoreError,
     MissingDriverError,
     RunInProgressError,
@@ -62,7 +63,7 @@ from .stores.memory_sessions import InMemorySession
 from .stores.segments import Segment, Session
 from .stores.sql_checkpoints import SQLCheckpointer, SQLiteCheckpointer
 from .stores.sql_sessions import SQLiteSession, SQLSession
-from .upgrade import check, upgrade
+from .upgrade import UpgradeReport, check, upgrade
 
 __all__ = [
     "Agent",
@@ -82,6 +83,7 @@ __all__ = [
     "InMemorySession",
     "InputEntry",
     "JoinedLineageError",
+    "LegacyBackupError",
     "LoviaStoreError",
     "MaxTurnsExceeded",
     "MessageTiming",
@@ -125,6 +127,7 @@ __all__ = [
     "ToolResultEntry",
     "TranscriptEntry",
     "UnknownEntryTypeError",
+    "UpgradeReport",
     "Usage",
     "UserError",
     "check",

@@ -23,7 +23,7 @@ from .entries import (
 )
 from .errors import LoviaStoreError
 from .stores.sql_sessions import SQLSession
-from .upgrade import check, upgrade
+from .upgrade import UpgradeReport, check, upgrade
 
 __all__ = ["main"]
 
@@ -47,8 +47,28 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    upgrading = commands.add_parser(
+        "upgrade",
+        help="bring the database to the current schema (creates it if needed)",
+        description="Bring the database to the current schema (creates it if needed). A file "
+        "that lovia 0.9 or zett-agent wrote is converted, and a copy of it is kept first.",
+    )
+    upgrading.add_argument("url", nargs="?", help="database URL or SQLite path")
+    _schema_option(upgrading)
+    backup = upgrading.add_mutually_exclusive_group()
+    backup.add_argument(
+        "--backup-dir",
+        default=None,
+        help="folder for the copy kept before converting a lovia 0.9 or zett-agent file "
+        "(default: beside the file)",
+    )
+    backup.add_argument(
+        "--no-backup",
+        action="store_true",
+        help="convert without keeping a copy (you keep backups of your own); needed to convert "
+        "a server database, which cannot be copied from here",
+    )
     for name, text in (
-        ("upgrade", "bring the database to the current schema (creates it if needed)"),
         ("check", "exit 1 unless the database is at the current schema; never writes"),
         ("sessions", "list sessions with their run and entry counts"),
     ):
@@ -151,11 +171,23 @@ async def _show(db: Database, session_id: str) -> int:
     return 0
 
 
+def _print_upgrade(report: UpgradeReport) -> None:
+    if not report.changed:
+        print(f"{report.database}: schema is current (revision {report.to_revision}), no change")
+        return
+    start = report.from_revision or "none (no lovia-store schema yet)"
+    print(f"{report.database}: upgraded from revision {start} to {report.to_revision}")
+    for owner, tables in report.converted.items():
+        print(f"converted {owner}'s tables: {', '.join(tables)}")
+    if report.backup is not None:
+        print(f"the original file is kept at {report.backup}")
+
+
 async def _run(args: argparse.Namespace) -> int:
     url = args.url or default_url()
     if args.command == "upgrade":
-        await upgrade(url, schema=args.schema)
-        print("schema is current")
+        legacy_backup = False if args.no_backup else (args.backup_dir or True)
+        _print_upgrade(await upgrade(url, schema=args.schema, legacy_backup=legacy_backup))
         return 0
     if args.command == "check":
         await check(url, schema=args.schema)

@@ -7,6 +7,7 @@ from datetime import datetime
 __all__ = [
     "ConflictError",
     "JoinedLineageError",
+    "LegacyBackupError",
     "LoviaStoreError",
     "MissingDriverError",
     "RunInProgressError",
@@ -89,6 +90,11 @@ class JoinedLineageError(SchemaNotCurrentError):
             "lovia_store@head`); none we know means a newer lovia-store wrote it (upgrade "
             "lovia), two means a host revision id collides with ours",
         )
+
+
+class LegacyBackupError(LoviaStoreError):
+    """The copy kept before converting another program's file could not be written;
+    nothing was converted."""
 
 
 class ConflictError(LoviaStoreError):

@@ -7,18 +7,21 @@ import os
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .db.database import Database
-from .db.schema import ensure_current, migrate
+from .db.schema import UpgradeReport, ensure_current, migrate
 from .errors import UserError
 
-__all__ = ["check", "upgrade"]
+__all__ = ["UpgradeReport", "check", "upgrade"]
 
 Target = Database | AsyncEngine | str | os.PathLike[str]
+Backup = bool | str | os.PathLike[str]
 
 
-def _database(target: Target, schema: str | None, *, verify_only: bool) -> Database:
+def _database(
+    target: Target, schema: str | None, *, verify_only: bool, legacy_backup: Backup = True
+) -> Database:
     """``target`` itself, or a Database opened on it (the caller closes what it opened)."""
     if not isinstance(target, Database):
-        return Database(target, schema=schema, verify_only=verify_only)
+        return Database(target, schema=schema, verify_only=verify_only, legacy_backup=legacy_backup)
     if schema is not None and schema != target.schema:
         raise UserError(
             f"schema={schema!r} differs from the Database's own ({target.schema!r}); "
@@ -27,16 +30,20 @@ def _database(target: Target, schema: str | None, *, verify_only: bool) -> Datab
     return target
 
 
-async def upgrade(target: Target, *, schema: str | None = None) -> None:
-    """Bring the database at ``target`` to the current schema (idempotent).
+async def upgrade(
+    target: Target, *, schema: str | None = None, legacy_backup: Backup = True
+) -> UpgradeReport:
+    """Bring the database at ``target`` to the current schema (idempotent); say what it did.
 
     ``schema`` places our tables in that PostgreSQL schema, created if needed
     (as ``Database(schema=...)``). Refuses, with ``SchemaVersionError``, a
-    database a newer version wrote.
+    database a newer version wrote. Converting a file that lovia 0.9 or
+    zett-agent wrote first keeps a copy of it, as ``Database(legacy_backup=...)``
+    says (a ``Database`` passed in keeps its own setting).
     """
-    db = _database(target, schema, verify_only=False)
+    db = _database(target, schema, verify_only=False, legacy_backup=legacy_backup)
     try:
-        await migrate(db)
+        return await migrate(db)
     finally:
         if db is not target:
             await db.close()

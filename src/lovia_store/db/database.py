@@ -65,6 +65,13 @@ class Database:
     with ``StoreBusyError``. On PostgreSQL, ``schema`` places our tables (and
     our version table) in that schema instead of the connection's default one,
     for hosts that keep each component in its own namespace.
+
+    ``legacy_backup`` applies when a SQLite file that lovia 0.9 or zett-agent
+    wrote is converted (on first use, or by ``upgrade``): the conversion drops
+    their tables, so a consistent copy of the file is written first, beside it
+    (``True``, the default) or into the folder given, named
+    ``<stem>.before-lovia-store-<UTC time><suffix>``; ``False`` skips it, for
+    callers who keep backups of their own.
     """
 
     def __init__(
@@ -77,10 +84,16 @@ class Database:
         synchronous: Literal["full", "normal"] = "full",
         busy_timeout: float = 5.0,
         schema: str | None = None,
+        legacy_backup: bool | str | os.PathLike[str] = True,
         **engine_options: Any,
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise UserError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if not isinstance(legacy_backup, bool | str | os.PathLike):
+            raise UserError(
+                f"legacy_backup is True, False or a folder, not {type(legacy_backup).__name__}"
+            )
+        self.legacy_backup = legacy_backup
         self.verify_only = verify_only
         self.wal = wal
         self.schema = schema
@@ -170,9 +183,14 @@ class Database:
                 self._schema_checks.pop(loop, None)
         self._schema_ready = True
 
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file this database is (None for a server or an in-memory database)."""
+        return None if self._path in (None, "", ":memory:") else Path(str(self._path))
+
     def missing_file(self) -> bool:
         """A SQLite file that does not exist yet (a check must not create it)."""
-        return self._path not in (None, "", ":memory:") and not Path(str(self._path)).exists()
+        return self.sqlite_path is not None and not self.sqlite_path.exists()
 
     # -- transactions ---------------------------------------------------------
 

@@ -17,9 +17,11 @@ map) land there too.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alembic import command
@@ -28,7 +30,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, select, text
 
-from ..errors import JoinedLineageError, SchemaNotCurrentError, SchemaVersionError
+from ..errors import (
+    JoinedLineageError,
+    LegacyBackupError,
+    SchemaNotCurrentError,
+    SchemaVersionError,
+)
+from .legacy_copy import ADOPTED_BY, keep_copy, legacy_tables
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
 if TYPE_CHECKING:
@@ -37,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KNOWN_VERSIONS",
     "SchemaState",
+    "UpgradeReport",
     "alembic_config",
     "configure_context",
     "ensure_current",
@@ -59,6 +68,8 @@ LEGACY_VERSION = 0
 # Any constant works; it only has to be the same in every process.
 _PG_LOCK_KEY = 0x6C6F76696173
 _MYSQL_LOCK = "lovia_store_migrate"
+
+logger = logging.getLogger(__name__)
 
 
 def alembic_config() -> Config:
@@ -216,26 +227,102 @@ def _upgrade(conn: Connection, target: str) -> None:
     command.upgrade(cfg, target)
 
 
-async def migrate(db: Database, target: str = "head") -> None:
+@dataclass(frozen=True)
+class UpgradeReport:
+    """What an upgrade did: the revisions it went between, what it converted, the copy kept."""
+
+    database: str
+    from_revision: str | None
+    to_revision: str | None
+    converted: dict[str, list[str]] = field(default_factory=dict)
+    """Another program's tables converted and dropped, by program (lovia 0.9, zett-agent)."""
+    backup: Path | None = None
+    """The copy of the file kept before converting it."""
+
+    @property
+    def changed(self) -> bool:
+        return self.from_revision != self.to_revision
+
+
+def _pending(current: str | None, target: str) -> set[str]:
+    """The revisions an upgrade from ``current`` to ``target`` runs."""
+    lower = current if current in _known_revisions() else "base"
+    return {s.revision for s in _scripts().iterate_revisions(target, lower)}
+
+
+def _to_convert(conn: Connection, current: str | None, target: str) -> dict[str, list[str]]:
+    """Other programs' tables that the pending revisions will convert and drop."""
+    pending = _pending(current, target)
+    found = legacy_tables(inspect(conn).get_table_names(schema=placed_schema(conn)))
+    return {owner: tables for owner, tables in found.items() if ADOPTED_BY[owner] in pending}
+
+
+def _keep_legacy_copy(db: Database, converted: dict[str, list[str]]) -> Path | None:
+    """Copy a file before a conversion drops another program's tables (see ``legacy_copy``).
+
+    Runs inside the migration's write transaction, so no writer can change the
+    file between the copy and the conversion. A server database cannot be
+    copied from here: converting one needs ``legacy_backup=False``, the
+    caller's word that a dump exists.
+    """
+    if not converted or db.legacy_backup is False:
+        return None
+    owners = " and ".join(converted)
+    path = db.sqlite_path
+    if path is None:
+        if db.is_sqlite:
+            return None  # an in-memory database: nothing outlives the process anyway
+        tables = ", ".join(t for found in converted.values() for t in found)
+        raise LegacyBackupError(
+            f"{db.url} holds {owners} tables ({tables}), "
+            "which converting to lovia-store's schema drops, and lovia-store cannot copy a "
+            "server database aside: dump it first (pg_dump, mariadb-dump), then convert "
+            "with legacy_backup=False (lovia-store upgrade --no-backup)"
+        )
+    folder = None if db.legacy_backup is True else Path(db.legacy_backup).expanduser().resolve()
+    copy = keep_copy(path, folder)
+    logger.warning(
+        "converting %s from %s to lovia-store's schema; the original is kept at %s",
+        path,
+        owners,
+        copy,
+    )
+    return copy
+
+
+def _upgrade_on(conn: Connection, db: Database, target: str, state: SchemaState) -> UpgradeReport:
+    """The upgrade itself, on a connection that holds the migration lock."""
+    converted = _to_convert(conn, state.revision, target)
+    backup = _keep_legacy_copy(db, converted)
+    _upgrade(conn, target)
+    after = read_state(conn).revision
+    if converted:
+        logger.info("converted %s in %s", ", ".join(converted), db.url)
+    logger.info("upgraded %s from revision %s to %s", db.url, state.revision, after)
+    return UpgradeReport(db.url, state.revision, after, converted, backup)
+
+
+async def migrate(db: Database, target: str = "head") -> UpgradeReport:
     """Bring ``db`` to ``target`` in one transaction, under the migration lock.
 
     The state is read again once the lock is held: another process may have
     migrated while this one waited, and then there is nothing left to do.
     """
 
-    def work(conn: Connection) -> None:
+    def work(conn: Connection) -> UpgradeReport:
         _lock(conn)
         try:
             _enter_schema(conn)
             state = read_state(conn)
             refuse_newer(state, db.url)
             refuse_joined(state, db.url, target)
-            if state.revision != head_revision() or target != "head":
-                _upgrade(conn, target)
+            if state.revision == head_revision() and target == "head":
+                return UpgradeReport(db.url, state.revision, state.revision)
+            return _upgrade_on(conn, db, target, state)
         finally:
             _unlock(conn)
 
-    await db.write_unchecked(work)
+    return await db.write_unchecked(work)
 
 
 async def ensure_current(db: Database, *, verify_only: bool) -> None:
@@ -269,6 +356,7 @@ async def run_command_line(context: Any, url: str, schema: str | None = None) ->
             refuse_newer(state, db.url)
             if state.joined:  # our ini cannot see the host's revisions in its table
                 refuse_joined(state, db.url, target="")
+            _keep_legacy_copy(db, _to_convert(conn, state.revision, "heads"))
             configure_context(context, conn)
             with context.begin_transaction():
                 context.run_migrations()
