@@ -35,9 +35,9 @@ from ..entries import (
     check_entries,
     drop_dangling_tool_calls,
 )
-from ..errors import LoviaStoreError, RunOwnershipLost, UserError
+from ..errors import LoviaStoreError, UserError
 from ..stores.checkpoint_models import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
-from ..stores.leases import DEFAULT_LEASE_TTL, RunLease, RunLeases
+from ..stores.leases import DEFAULT_LEASE_TTL, HeldLease
 from ..stores.segments import Session, check_id
 from .agent import MODEL_OUTPUT, Agent
 from .options import CheckpointOptions
@@ -93,7 +93,7 @@ class Runner:
         recorded, or None when no such run is stored.
         """
         check_id(session_id, "session_id")
-        async with _Held(checkpointer, run_id, DEFAULT_LEASE_TTL) as held:
+        async with HeldLease(checkpointer, run_id, DEFAULT_LEASE_TTL) as held:
             snapshot = await checkpointer.load(run_id)
             if snapshot is None:
                 return None
@@ -102,67 +102,6 @@ class Runner:
             await session.append(session_id, entries, run_id=run_id, meta=meta)
             await checkpointer.delete(run_id, **held.fence)
             return entries
-
-
-class _Held:
-    """The run's lease for the duration of a block, kept alive while the run is quiet.
-
-    Every fenced write renews the lease; a background renewal happens only
-    when no write did for a third of the ttl, so a busy run adds no load and
-    a run inside a long tool call keeps its lease. A renewal that finds the
-    lease taken over stops: the next write then raises ``RunOwnershipLost``.
-    A checkpointer without leases (or ``ttl=None``) holds nothing.
-    """
-
-    def __init__(self, checkpointer: Checkpointer | None, run_id: str, ttl: float | None) -> None:
-        self.leases = checkpointer if isinstance(checkpointer, RunLeases) else None
-        self.run_id = run_id
-        self.ttl = ttl
-        self.lease: RunLease | None = None
-        self.renewed_at = 0.0
-        self._renewing: asyncio.Task[None] | None = None
-
-    @property
-    def fence(self) -> dict[str, RunLease]:
-        """Keyword arguments that make a checkpoint write conditional on the lease."""
-        return {"lease": self.lease} if self.lease is not None else {}
-
-    def renewed(self, since: float) -> None:
-        """A fenced write that began at ``since`` (monotonic) succeeded."""
-        self.renewed_at = max(self.renewed_at, since)
-
-    async def __aenter__(self) -> _Held:
-        if self.leases is not None and self.ttl is not None:
-            started = time.monotonic()
-            self.lease = await self.leases.acquire_lease(self.run_id, ttl=self.ttl)
-            self.renewed(started)
-            self._renewing = asyncio.create_task(self._renew(self.leases, self.ttl / 3))
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        if self._renewing is not None:
-            self._renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
-        if self.leases is not None and self.lease is not None:
-            with contextlib.suppress(Exception):  # unreleased, it simply expires
-                await self.leases.release_lease(self.lease)
-
-    async def _renew(self, leases: RunLeases, every: float) -> None:
-        while self.lease is not None:
-            due = self.renewed_at + every
-            if time.monotonic() < due:
-                await asyncio.sleep(due - time.monotonic())
-                continue
-            started = time.monotonic()
-            try:
-                self.lease = await leases.renew_lease(self.lease)
-            except RunOwnershipLost:
-                return
-            except Exception:  # a transient failure: try again a little later
-                self.renewed(started - every / 2)
-                continue
-            self.renewed(started)
 
 
 def _timing(started_at: float | None, finished_at: float) -> dict[str, JsonValue]:
@@ -216,7 +155,9 @@ class _Run:
         self.entries: list[TranscriptEntry] = []
         self.head = RunHead(agent_name=agent.name)
         self.resumed = False
-        self.held = _Held(self.checkpointer, self.run_id, options.lease_ttl if options else None)
+        self.held = HeldLease(
+            self.checkpointer, self.run_id, options.lease_ttl if options else None
+        )
 
     # -- the lifecycle ----------------------------------------------------------------------
 

@@ -10,19 +10,23 @@ host whose process is gone is recognised at once and need not be waited for.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import socket
+import time
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import UserError
+from ..errors import RunOwnershipLost, UserError
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "HeldLease",
     "RunLease",
     "RunLeases",
     "check_ttl",
@@ -138,3 +142,64 @@ def holder_is_gone(holder: str) -> bool:
     except (ValueError, OSError):
         return False
     return False
+
+
+class HeldLease:
+    """The run's lease for the duration of a block, kept alive while the run is quiet.
+
+    Every fenced write renews the lease; a background renewal happens only
+    when no write did for a third of the ttl, so a busy run adds no load and
+    a run inside a long tool call keeps its lease. A renewal that finds the
+    lease taken over stops: the next write then raises ``RunOwnershipLost``.
+    A checkpointer without leases (or ``ttl=None``) holds nothing.
+    """
+
+    def __init__(self, checkpointer: object, run_id: str, ttl: float | None) -> None:
+        self.leases = checkpointer if isinstance(checkpointer, RunLeases) else None
+        self.run_id = run_id
+        self.ttl = ttl
+        self.lease: RunLease | None = None
+        self.renewed_at = 0.0
+        self._renewing: asyncio.Task[None] | None = None
+
+    @property
+    def fence(self) -> dict[str, RunLease]:
+        """Keyword arguments that make a checkpoint write conditional on the lease."""
+        return {"lease": self.lease} if self.lease is not None else {}
+
+    def renewed(self, since: float) -> None:
+        """A fenced write that began at ``since`` (monotonic) succeeded."""
+        self.renewed_at = max(self.renewed_at, since)
+
+    async def __aenter__(self) -> HeldLease:
+        if self.leases is not None and self.ttl is not None:
+            started = time.monotonic()
+            self.lease = await self.leases.acquire_lease(self.run_id, ttl=self.ttl)
+            self.renewed(started)
+            self._renewing = asyncio.create_task(self._renew(self.leases, self.ttl / 3))
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+        if self.leases is not None and self.lease is not None:
+            with contextlib.suppress(Exception):  # unreleased, it simply expires
+                await self.leases.release_lease(self.lease)
+
+    async def _renew(self, leases: RunLeases, every: float) -> None:
+        while self.lease is not None:
+            due = self.renewed_at + every
+            if time.monotonic() < due:
+                await asyncio.sleep(due - time.monotonic())
+                continue
+            started = time.monotonic()
+            try:
+                self.lease = await leases.renew_lease(self.lease)
+            except RunOwnershipLost:
+                return
+            except Exception:  # a transient failure: try again a little later
+                self.renewed(started - every / 2)
+                continue
+            self.renewed(started)

@@ -113,10 +113,12 @@ def check_count(value: object, what: str, *, minimum: int) -> int:
 TRIM_SENTINEL = "archived to a result store]"
 
 
-def trim_marker(dropped: int) -> str:
+def trim_marker(call_id: str, dropped: int) -> str:
+    """lovia's own marker, to the letter: a trim here reads as a trim there."""
     return (
-        f"\n[... {dropped:,} chars trimmed from stored history; the full output is "
-        f"recoverable only if it was {TRIM_SENTINEL}"
+        f"\n[... {dropped:,} chars trimmed from stored history; "
+        f'recall_tool_result("{call_id}") returns the full output '
+        f"only if it was {TRIM_SENTINEL}"
     )
 
 
@@ -129,7 +131,7 @@ def trim_entry(entry: ToolResultEntry, keep_chars: int) -> ToolResultEntry | Non
     if entry.output.endswith(TRIM_SENTINEL):
         return None
     dropped = len(entry.output) - keep_chars
-    marker = trim_marker(dropped)
+    marker = trim_marker(entry.call_id, dropped)
     if dropped <= len(marker):
         return None
     return ToolResultEntry(

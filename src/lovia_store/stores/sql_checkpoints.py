@@ -39,6 +39,7 @@ from ..entries import (
     entries_from_json_rows,
     entry_to_json,
 )
+from ..errors import ConflictError
 from . import sql_leases
 from .checkpoint_models import (
     RunHead,
@@ -118,18 +119,20 @@ _INSERT_ENTRIES = Prepared(
 )
 
 
-def _append_step(conn: Connection, run_id: str, head: RunHead, documents: list[str]) -> None:
+def _append_step(
+    conn: Connection, run_id: str, status: str, head_json: str, documents: Sequence[str]
+) -> None:
     """Replace the head and add the entries at the positions its upsert reserved."""
     params = {
         "run_id": run_id,
-        "status": head.status,
-        "head_json": head.model_dump_json(),
+        "status": status,
+        "head_json": head_json,
         "count": len(documents),
         "now": utcnow(),
     }
     dialect = conn.dialect.name
     if dialect == "postgresql":
-        _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": documents})
+        _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": list(documents)})
         return
     result = _prepared_upsert(dialect).execute(conn, params)
     if dialect in MYSQL:  # no RETURNING: read the locked row back
@@ -170,30 +173,60 @@ class SQLCheckpointer(SQLStore):
         check_id(run_id, "run_id")
         batch = check_entries(entries)
         check_head(head)
-        lease = lease_for(lease, run_id)
         documents = [entry_to_json(entry) for entry in batch]
+        await self.append_encoded(
+            run_id, head.status, head.model_dump_json(), documents, lease=lease_for(lease, run_id)
+        )
+
+    async def append_encoded(
+        self,
+        run_id: str,
+        status: str,
+        head_json: str,
+        documents: Sequence[str],
+        *,
+        lease: RunLease | None = None,
+        first: bool = False,
+    ) -> None:
+        """``append`` of a step already checked and encoded (for adapters with models of
+        their own): the head's status and JSON, and the new entries' documents.
+
+        ``first`` says the caller starts the run afresh: a run stored meanwhile (by
+        a worker that finished it before this one took the lease) is refused with
+        ``ConflictError`` instead of being continued from the wrong start.
+        """
 
         def work(conn: Connection) -> None:
             sql_leases.fence(conn, lease)
-            _append_step(conn, run_id, head, documents)
+            if first and _COUNT.execute(conn, {"run_id": run_id}).first() is not None:
+                raise ConflictError(
+                    f"run {run_id!r} was stored by another worker after this one found "
+                    "it absent; it was not started a second time"
+                )
+            _append_step(conn, run_id, status, head_json, documents)
 
         await self.database.write(work)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
+        stored = await self.load_documents(run_id)
+        if stored is None:
+            return None
+        head_json, documents = stored
+        head = RunHead.model_validate_json(head_json)
+        return RunSnapshot.from_parts(run_id, entries_from_json_rows(documents), head)
+
+    async def load_documents(self, run_id: str) -> tuple[str, list[str]] | None:
+        """``load`` as the stored head JSON and entry documents, or None."""
         check_id(run_id, "run_id")
 
-        def work(conn: Connection) -> tuple[str | None, list[str]]:
+        def work(conn: Connection) -> tuple[str, list[str]] | None:
             head = (conn.execute(select(h.head_json).where(h.run_id == run_id))).scalar()
             if head is None:
-                return None, []
+                return None
             rows = conn.execute(select(e.entry_json).where(e.run_id == run_id).order_by(e.position))
             return head, list(rows.scalars())
 
-        head_json, documents = await self.database.read(work)
-        if head_json is None:
-            return None
-        head = RunHead.model_validate_json(head_json)
-        return RunSnapshot.from_parts(run_id, entries_from_json_rows(documents), head)
+        return await self.database.read(work)
 
     async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
         check_id(run_id, "run_id")

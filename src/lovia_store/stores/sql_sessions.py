@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -59,7 +59,9 @@ from .segments import (
 from .sql_base import SQLStore, StoreTarget
 from .sql_checkpoints import delete_runs
 
-__all__ = ["SQLSession", "SQLiteSession"]
+__all__ = ["EncodedRun", "SQLSession", "SQLiteSession", "encode_run"]
+
+E = TypeVar("E")
 
 m = messages.c
 r = session_runs.c
@@ -217,28 +219,43 @@ class _AlreadyStored(Exception):
     """Rolls back an append whose run id is already stored (the idempotent no-op)."""
 
 
+class EncodedRun(NamedTuple):
+    """A run's entries as stored: each one's type, call id and JSON document.
+
+    What ``append`` writes, built once from any entry model (ours, or a
+    framework's own at the integration boundary).
+    """
+
+    types: list[str]
+    call_ids: list[str | None]
+    documents: list[str]
+
+
+def encode_run(entries: Sequence[TranscriptEntry]) -> EncodedRun:
+    return EncodedRun(
+        [entry.type for entry in entries],
+        [call_id_of(entry) for entry in entries],
+        [entry_to_json(entry) for entry in entries],
+    )
+
+
 def _store_run(
-    conn: Connection,
-    session_id: str,
-    run_id: str,
-    meta_json: str | None,
-    entries: Sequence[TranscriptEntry],
-    documents: Sequence[str],
+    conn: Connection, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
 ) -> bool:
     """Write one run and its entries; False (with the session already bumped: roll
     back) when the run id is stored. One statement on PostgreSQL (which leaves
     nothing behind when it finds the run id stored), three elsewhere."""
     now = utcnow()
-    count = len(entries)
+    count = len(run.documents)
     bump = bump_params(session_id, messages=count, runs=1, now=now)
     if conn.dialect.name == "postgresql":
         params = {
             **bump,
             "run_id": run_id,
             "meta_json": meta_json,
-            "entry_types": [entry.type for entry in entries],
-            "call_ids": [call_id_of(entry) for entry in entries],
-            "documents": documents,
+            "entry_types": run.types,
+            "call_ids": run.call_ids,
+            "documents": run.documents,
         }
         try:
             _APPEND_IN_ONE_STATEMENT.execute(conn, params)
@@ -254,7 +271,7 @@ def _store_run(
         return True
     bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
     first = bumped.last_sequence - count + 1
-    run = {
+    run_row = {
         "session_id": session_id,
         "run_id": run_id,
         "position": bumped.run_count,
@@ -263,9 +280,9 @@ def _store_run(
         "meta_json": meta_json,
         "created_at": now,
     }
-    if not insert_ignore(conn, session_runs, run):
+    if not insert_ignore(conn, session_runs, run_row):
         return False
-    if entries:
+    if count:
         shared = {
             "session_id": session_id,
             "request_id": run_id,
@@ -273,13 +290,8 @@ def _store_run(
             "created_at": now,
         }
         rows = [
-            {
-                "sequence": first + i,
-                "entry_type": entry.type,
-                "call_id": call_id_of(entry),
-                "entry_json": document,
-            }
-            for i, (entry, document) in enumerate(zip(entries, documents, strict=True))
+            {"sequence": first + i, "entry_type": kind, "call_id": call_id, "entry_json": document}
+            for i, (kind, call_id, document) in enumerate(zip(*run, strict=True))
         ]
         _INSERT_MESSAGES.execute(conn, shared, rows)
     return True
@@ -295,12 +307,16 @@ class SQLSession(SQLStore):
 
     async def load(self, session_id: str) -> list[TranscriptEntry]:
         """Every entry of the session, in order (the flat view of ``segments``)."""
+        return entries_from_json_rows(await self.load_documents(session_id))
+
+    async def load_documents(self, session_id: str) -> Sequence[str | bytes]:
+        """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
         def work(conn: Connection) -> Sequence[str | bytes]:
             return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
-        return entries_from_json_rows(await self.database.read(work, single_statement=True))
+        return await self.database.read(work, single_statement=True)
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
@@ -332,6 +348,14 @@ class SQLSession(SQLStore):
             after = rows[-1].sequence
 
     async def segments(self, session_id: str) -> list[Segment]:
+        parts = await self.segment_parts(session_id, entries_from_json_rows)
+        return [Segment(run_id, entries, meta) for run_id, entries, meta in parts]
+
+    async def segment_parts(
+        self, session_id: str, decode: Callable[[Sequence[str | bytes]], list[E]]
+    ) -> list[tuple[str, list[E], dict[str, Any] | None]]:
+        """``segments`` as (run id, entries, meta), the entries decoded from their stored
+        documents by ``decode`` (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
         def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
@@ -340,7 +364,7 @@ class SQLSession(SQLStore):
             return rows, runs
 
         rows, runs = await self.database.read(work)
-        return _build_segments(rows, runs)
+        return _build_segments(rows, runs, decode)
 
     # -- writing --------------------------------------------------------------
 
@@ -354,16 +378,21 @@ class SQLSession(SQLStore):
     ) -> str:
         """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
         run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
-        documents = [entry_to_json(entry) for entry in stored]
+        await self.append_encoded(session_id, run_id, meta_json, encode_run(stored))
+        return run_id
+
+    async def append_encoded(
+        self, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+    ) -> None:
+        """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
 
         def work(conn: Connection) -> None:
-            if not _store_run(conn, session_id, run_id, meta_json, stored, documents):
+            if not _store_run(conn, session_id, run_id, meta_json, run):
                 raise _AlreadyStored
 
         # On PostgreSQL the append is one statement, atomic and idempotent by run id.
         with contextlib.suppress(_AlreadyStored):
             await self.database.write(work, single_statement=True)
-        return run_id
 
     async def clear(self, session_id: str) -> None:
         """Delete the session: its entries, runs, snapshots and identity."""
@@ -449,15 +478,19 @@ class SQLiteSession(SQLSession):
         SQLStore.__init__(self, path, wal=wal)
 
 
-def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
+def _build_segments(
+    rows: Sequence[Any],
+    runs: Sequence[Any],
+    decode: Callable[[Sequence[str | bytes]], list[E]],
+) -> list[tuple[str, list[E], dict[str, Any] | None]]:
     # Rows unpack as tuples: (request_id, run_id, entry_json) and
     # (run_id, first_sequence, entry_count, meta_json), in the statements' order.
-    entries = entries_from_json_rows([document for _, _, document in rows])
+    entries = decode([document for _, _, document in rows])
     metas = {run_id: meta_json for run_id, _, _, meta_json in runs}
     # Runs with no entries have no rows to carry them; they sit before the
     # message that followed them.
     empty = [(first, run_id) for run_id, first, count, _ in runs if count == 0]
-    out: list[Segment] = []
+    out: list[tuple[str, list[E], dict[str, Any] | None]] = []
     key: tuple[str | None, str] | None = None
     start = 0
     emitted = 0
@@ -466,13 +499,13 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
         if key is not None and end > start:
             run_id, request_id = key
             meta = load_object(metas.get(run_id)) if run_id is not None else None
-            out.append(Segment(run_id or request_id, entries[start:end], meta))
+            out.append((run_id or request_id, entries[start:end], meta))
 
     for index, (request_id, run_id, _) in enumerate(rows):
         while emitted < len(empty) and empty[emitted][0] <= index + 1:
             flush(index)
             start, key = index, None
-            out.append(Segment(empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
+            out.append((empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
             emitted += 1
         row_key = (run_id, request_id)
         if row_key != key:
@@ -480,7 +513,7 @@ def _build_segments(rows: Sequence[Any], runs: Sequence[Any]) -> list[Segment]:
             start, key = index, row_key
     flush(len(rows))
     for _, run_id in empty[emitted:]:
-        out.append(Segment(run_id, [], load_object(metas[run_id])))
+        out.append((run_id, [], load_object(metas[run_id])))
     return out
 
 

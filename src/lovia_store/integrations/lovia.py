@@ -1,0 +1,284 @@
+"""lovia's own ``Session`` and ``Checkpointer`` on lovia-store: change one import.
+
+``from lovia_store.integrations.lovia import SQLiteSession, SQLiteCheckpointer``
+instead of ``from lovia import ...``: lovia's ``Runner`` and web UI keep
+working, with lovia's own objects in and out (its entry dataclasses,
+``Segment``, ``RunHead``, ``RunSnapshot``, ``Usage``), on SQLite, PostgreSQL or
+MariaDB, with Alembic migrations. The rows are the native stores' rows, so a
+session written here reads through ``lovia_store.SQLSession``, the Raw Log API
+and the command line, and the reverse.
+
+Entries cross the boundary as dicts: lovia's ``entry_to_dict`` and
+``entry_from_dict`` against the stored JSON documents, with no pydantic model
+in between (lovia's objects are trusted; the JSON is still checked to be exact).
+
+The checkpointer adds what lovia has not: a lease per run. Loading a run that
+can resume takes its lease (``RunInProgressError`` while another live worker
+holds it); a run started afresh takes it at its first write; every write is
+fenced by it (``RunOwnershipLost`` once another worker took the run over); it
+is renewed in the background while the run is quiet and released when the run
+leaves ``running`` or is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, Self
+
+from .._json import dump_object
+from ..entries import json_documents
+from ..errors import MissingDriverError, UserError
+from ..stores import sql_checkpoints, sql_sessions
+from ..stores.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
+from ..stores.segments import check_append, check_count, check_id
+from ..stores.sql_base import StoreTarget
+
+try:
+    from lovia.checkpointer import RunHead, RunSnapshot
+    from lovia.session import Segment
+    from lovia.transcript import (
+        AssistantTextEntry,
+        InputEntry,
+        ReasoningEntry,
+        ToolCallEntry,
+        ToolResultEntry,
+        TranscriptEntry,
+        entry_from_dict,
+        entry_to_dict,
+    )
+except ImportError as exc:  # pragma: no cover - exercised in a venv without lovia
+    raise MissingDriverError(
+        "lovia_store.integrations.lovia needs lovia: pip install 'lovia-store[lovia]'"
+    ) from exc
+
+__all__ = ["SQLCheckpointer", "SQLSession", "SQLiteCheckpointer", "SQLiteSession"]
+
+_ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
+_RESUMABLE = ("running", "interrupted")
+
+
+def _name(value: object) -> str:
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _dump(document: Any, what: str) -> str:
+    try:
+        return json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{what} cannot be stored as JSON exactly: {exc}") from None
+
+
+def encode_entries(entries: Sequence[object]) -> sql_sessions.EncodedRun:
+    """lovia entries as stored rows: type, call id and the JSON of ``entry_to_dict``."""
+    run = sql_sessions.EncodedRun([], [], [])
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, _ENTRY_CLASSES):
+            raise UserError(f"entries[{index}] is {_name(entry)}, not a lovia transcript entry")
+        document = entry_to_dict(entry)
+        run.types.append(entry.type)
+        run.call_ids.append(document.get("call_id"))
+        run.documents.append(_dump(document, f"entries[{index}]"))
+    return run
+
+
+def decode_entries(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
+    return [entry_from_dict(document) for document in json_documents(rows)]
+
+
+class SQLSession:
+    """lovia's ``Session`` (with ``trim_tool_results`` and ``rewind``) on any SQL backend.
+
+    ``target`` is what ``lovia_store.SQLSession`` takes: a URL, a SQLite path,
+    an ``AsyncEngine`` you own, or a ``Database`` several stores share.
+    """
+
+    def __init__(self, target: StoreTarget) -> None:
+        self._native = sql_sessions.SQLSession(target)
+
+    @property
+    def database(self) -> Any:
+        """The ``lovia_store.Database`` underneath (share it with other stores)."""
+        return self._native.database
+
+    async def segments(self, session_id: str) -> list[Segment]:
+        parts = await self._native.segment_parts(session_id, decode_entries)
+        return [Segment(run_id, entries, meta) for run_id, entries, meta in parts]
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]:
+        return decode_entries(await self._native.load_documents(session_id))
+
+    async def append(
+        self,
+        session_id: str,
+        entries: list[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """One finished run, atomically; appending a stored ``run_id`` again is a no-op."""
+        chosen, _, _ = check_append(session_id, [], run_id, None)
+        meta_json = None if meta is None else dump_object(meta, "meta")
+        await self._native.append_encoded(session_id, chosen, meta_json, encode_entries(entries))
+        return chosen
+
+    async def clear(self, session_id: str) -> None:
+        await self._native.clear(session_id)
+
+    async def trim_tool_results(
+        self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
+    ) -> int:
+        return await self._native.trim_tool_results(
+            session_id, keep_chars=keep_chars, keep_runs=keep_runs
+        )
+
+    async def rewind(
+        self, session_id: str, *, keep_entries: int, checkpointer: object | None = None
+    ) -> int:
+        """lovia's rewind; with ``checkpointer``, the checkpoints of the runs it cut go too."""
+        native = checkpointer._native if isinstance(checkpointer, SQLCheckpointer) else checkpointer
+        return await self._native.rewind(
+            session_id,
+            keep_entries=keep_entries,
+            checkpointer=native,  # type: ignore[arg-type]
+        )
+
+    async def close(self) -> None:
+        await self._native.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.url!r})"
+
+
+class SQLiteSession(SQLSession):
+    """lovia's ``SQLiteSession(path, *, wal=False)``, on lovia-store's schema."""
+
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
+        self._native = sql_sessions.SQLiteSession(path, wal=wal)
+
+
+class SQLCheckpointer:
+    """lovia's ``Checkpointer`` on any SQL backend, with a lease per run.
+
+    ``lease_ttl`` (seconds, default 30) is how long a lease outlives its last
+    write or renewal; ``None`` turns leases off (lovia's own behaviour).
+    """
+
+    def __init__(self, target: StoreTarget, *, lease_ttl: float | None = DEFAULT_LEASE_TTL) -> None:
+        self._native = sql_checkpoints.SQLCheckpointer(target)
+        self._setup(lease_ttl)
+
+    def _setup(self, lease_ttl: float | None) -> None:
+        self.lease_ttl = None if lease_ttl is None else check_ttl(lease_ttl)
+        self._held: dict[str, HeldLease] = {}
+        self._fresh: set[str] = set()  # runs this instance found absent (or deleted)
+
+    @property
+    def database(self) -> Any:
+        """The ``lovia_store.Database`` underneath (share it with other stores)."""
+        return self._native.database
+
+    async def _hold(self, run_id: str) -> HeldLease | None:
+        held = self._held.get(run_id)
+        if held is None and self.lease_ttl is not None:
+            held = HeldLease(self._native, run_id, self.lease_ttl)
+            await held.__aenter__()
+            self._held[run_id] = held
+        return held
+
+    async def _let_go(self, run_id: str) -> None:
+        held = self._held.pop(run_id, None)
+        if held is not None:
+            await held.__aexit__(None, None, None)
+
+    async def load(self, run_id: str) -> RunSnapshot | None:
+        """The run as stored, or None; a run that can resume is leased to this worker first."""
+        check_id(run_id, "run_id")
+        # The lease comes before the read: a worker that finished the run while
+        # this one waited must not be continued from what was read before.
+        await self._hold(run_id)
+        stored = await self._native.load_documents(run_id)
+        if stored is None:
+            # A fresh start takes the lease at its first write (before any tool
+            # runs); holding it now would let a mere look keep others out.
+            await self._let_go(run_id)
+            self._fresh.add(run_id)
+            return None
+        head_json, documents = stored
+        head = RunHead.from_dict(json.loads(head_json))
+        if head.status not in _RESUMABLE:  # a replay executes nothing
+            await self._let_go(run_id)
+        self._fresh.discard(run_id)
+        return RunSnapshot.from_parts(run_id, decode_entries(documents), head)
+
+    async def append(self, run_id: str, entries: list[TranscriptEntry], head: RunHead) -> None:
+        """Add the step's entries and replace the head, under the run's lease."""
+        check_id(run_id, "run_id")
+        if not isinstance(head, RunHead):
+            raise UserError(f"head must be a lovia.checkpointer.RunHead, not {_name(head)}")
+        run = encode_entries(entries)
+        head_json = _dump(head.to_dict(), "head")
+        held = await self._hold(run_id)
+        first = run_id in self._fresh
+        await self._native.append_encoded(
+            run_id,
+            head.status,
+            head_json,
+            run.documents,
+            lease=held.lease if held is not None else None,
+            first=first,
+        )
+        self._fresh.discard(run_id)
+        if head.status != "running":
+            await self._let_go(run_id)
+
+    async def delete(self, run_id: str) -> None:
+        check_id(run_id, "run_id")
+        held = self._held.get(run_id)
+        await self._native.delete(run_id, lease=held.lease if held is not None else None)
+        await self._let_go(run_id)
+        self._fresh.add(run_id)
+
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Any]:
+        """lovia-store's run listing (an operator looking for interrupted runs)."""
+        check_count(limit, "limit", minimum=1)
+        return await self._native.list_runs(status=status, limit=limit, offset=offset)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        """Release the leases this worker holds, then the database if it is ours."""
+        for run_id in list(self._held):
+            await self._let_go(run_id)
+        await self._native.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.url!r})"
+
+
+class SQLiteCheckpointer(SQLCheckpointer):
+    """lovia's ``SQLiteCheckpointer(path, *, wal=False)``, on lovia-store's schema."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = False,
+        lease_ttl: float | None = DEFAULT_LEASE_TTL,
+    ) -> None:
+        self._native = sql_checkpoints.SQLiteCheckpointer(path, wal=wal)
+        self._setup(lease_ttl)
