@@ -1,5 +1,6 @@
 """lovia-store: durable conversation history and run checkpoints for LLM agents."""
 
+from ._version import __version__ as __version__
 from .db.database import Database
 from .entries import (
     AssistantTextEntry,
@@ -29,6 +30,7 @@ from .errors import (
     SchemaVersionError,
     SnapshotConflictError,
     StoreBusyError,
+    StoredValueError,
     StoreUnavailableError,
     UnknownEntryTypeError,
     UserError,
@@ -117,6 +119,7 @@ __all__ = [
     "SnapshotConflictError",
     "StoreBusyError",
     "StoreUnavailableError",
+    "StoredValueError",
     "SyncRuntime",
     "SyncSessionStorage",
     "TextPart",

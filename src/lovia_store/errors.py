@@ -17,6 +17,7 @@ __all__ = [
     "SnapshotConflictError",
     "StoreBusyError",
     "StoreUnavailableError",
+    "StoredValueError",
     "UnknownEntryTypeError",
     "UserError",
 ]
@@ -95,6 +96,21 @@ class JoinedLineageError(SchemaNotCurrentError):
 class LegacyBackupError(LoviaStoreError):
     """The copy kept before converting another program's file could not be written;
     nothing was converted."""
+
+
+class StoredValueError(LoviaStoreError, ValueError):
+    """A stored value is not what its column holds (another program wrote the row,
+    or the file was edited): it is refused, never coerced. Names the row.
+
+    ``table`` and ``column`` say where; ``row`` is the row's key.
+    """
+
+    def __init__(self, message: str, *, table: str, column: str, row: dict[str, object]) -> None:
+        self.table = table
+        self.column = column
+        self.row = row
+        key = ", ".join(f"{name}={value!r}" for name, value in row.items())
+        super().__init__(f"{message} ({table} row {key}, column {column})")
 
 
 class ConflictError(LoviaStoreError):

@@ -4,23 +4,29 @@ The write never reads the history: ``bump_session`` reserves the next
 sequence on the session row (creating it on first use, with its display
 values) in the upsert that also takes the row lock, and returns the stored
 parent, which must be the one the caller named.
+
+A row is a ``Projection`` (the transcript entry, or entries, lovia's view
+shows for the message) plus what is stored beside it. Our own API builds it
+from one ``TranscriptEntry``; a framework integration builds it from its own
+message, keeping that message's envelope whole beside the projection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, update
 
 from ..db.dialect import bump_session
-from ..db.tables import messages
+from ..db.tables import messages, sessions
 from ..db.types import utcnow
-from ..entries import call_id_of, entry_to_json
+from ..entries import Usage, call_id_of, entry_to_json
 from ..errors import UserError
 from ..stores.segments import check_id
 from .ids import new_uuid7
-from .models import USAGE_FIELDS
+from .models import USAGE_FIELDS, MessageTiming
 from .rules import (
     MAX_AGENT_NAME,
     MAX_TITLE,
@@ -33,17 +39,45 @@ from .rules import (
     session_row_values,
 )
 
-__all__ = ["PendingMessage"]
+__all__ = ["ParentMismatch", "PendingMessage", "Projection"]
+
+s = sessions.c
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The stored projection of one message: its entry type, call id and entry JSON."""
+
+    entry_type: str
+    call_id: str | None
+    entry_json: str
+
+
+ParentMismatch = Callable[[str, str | None, str | None], Exception]
+"""Builds the error for a parent that differs from the stored one: (session, stored, given)."""
+
+
+def _parent_mismatch(sid: str, stored: str | None, given: str | None) -> Exception:
+    return UserError(
+        f"session {sid!r} has parent {stored!r}; the parent cannot change after creation "
+        f"(got {given!r})"
+    )
 
 
 @dataclass(frozen=True)
 class PendingMessage:
-    """A checked message row, waiting for its sequence."""
+    """A checked message row, waiting for its sequence.
+
+    ``display`` holds title/agent name changes applied when the session exists
+    already (empty for our own API, whose later appends never change them).
+    """
 
     session_id: str
     parent: str | None
     create: dict[str, Any]
     row: dict[str, Any]
+    display: dict[str, Any]
+    on_parent_mismatch: ParentMismatch = _parent_mismatch
 
     @classmethod
     def check(
@@ -65,26 +99,66 @@ class PendingMessage:
         entry = check_entry(message)
         measured = check_timing(timing)
         parent = check_parent(parent_session_id, sid)
-        create = session_row_values(
-            parent,
-            check_display(title, "title", MAX_TITLE),
-            check_display(agent_name, "agent_name", MAX_AGENT_NAME),
-        )
+        shown_title = check_display(title, "title", MAX_TITLE)
+        shown_agent = check_display(agent_name, "agent_name", MAX_AGENT_NAME)
         counters = check_usage(usage, entry)
+        return cls.build(
+            sid,
+            rid,
+            Projection(entry.type, call_id_of(entry), entry_to_json(entry)),
+            timing=measured,
+            parent=parent,
+            title=shown_title,
+            agent_name=shown_agent,
+            metadata_json=encode_object(metadata, "metadata"),
+            tags_json=encode_object(tags, "tags", nonempty_keys=True),
+            usage=counters,
+        )
+
+    @classmethod
+    def build(
+        cls,
+        session_id: str,
+        request_id: str,
+        projection: Projection,
+        *,
+        timing: MessageTiming,
+        parent: str | None,
+        title: str | None,
+        agent_name: str | None,
+        metadata_json: str,
+        tags_json: str,
+        usage: Usage | None,
+        envelope_json: str | None = None,
+        update_display: bool = False,
+        on_parent_mismatch: ParentMismatch = _parent_mismatch,
+    ) -> PendingMessage:
+        """A row from values already checked (by our rules or a framework's)."""
         row: dict[str, Any] = {
-            "session_id": sid,
-            "request_id": rid,
+            "session_id": session_id,
+            "request_id": request_id,
             "run_id": None,
-            "entry_type": entry.type,
-            "call_id": call_id_of(entry),
-            "entry_json": entry_to_json(entry),
-            "metadata_json": encode_object(metadata, "metadata"),
-            "tags_json": encode_object(tags, "tags", nonempty_keys=True),
-            **measured.model_dump(),
-            **(counters.model_dump() if counters else dict.fromkeys(USAGE_FIELDS)),
+            "entry_type": projection.entry_type,
+            "call_id": projection.call_id,
+            "entry_json": projection.entry_json,
+            "envelope_json": envelope_json,
+            "metadata_json": metadata_json,
+            "tags_json": tags_json,
+            **timing.model_dump(),
+            **(usage.model_dump() if usage else dict.fromkeys(USAGE_FIELDS)),
             "message_id": new_uuid7(),
         }
-        return cls(sid, parent, create, row)
+        display = (
+            {
+                name: value
+                for name, value in (("title", title), ("agent_name", agent_name))
+                if value is not None
+            }
+            if update_display
+            else {}
+        )
+        create = session_row_values(parent, title, agent_name)
+        return cls(session_id, parent, create, row, display, on_parent_mismatch)
 
     def write(self, conn: Connection) -> int:
         """Reserve the next sequence and insert the row; returns the sequence."""
@@ -93,10 +167,11 @@ class PendingMessage:
         bumped = bump_session(conn, sid, messages=1, runs=0, now=now, create=self.create)
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.
-            raise UserError(
-                f"session {sid!r} has parent {bumped.parent_session_id!r}; the parent "
-                f"cannot change after creation (got {self.parent!r})"
-            )
+            raise self.on_parent_mismatch(sid, bumped.parent_session_id, self.parent)
+        if self.display:
+            # Set whether or not this append created the session (a new row holds
+            # these values already): one statement, only when values were given.
+            conn.execute(update(sessions).where(s.session_id == sid).values(**self.display))
         conn.execute(
             messages.insert().values(**self.row, sequence=bumped.last_sequence, created_at=now)
         )

@@ -6,6 +6,7 @@ one page are decoded in one pass, metadata and tags only when present.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from ..db.tables import messages, sessions, snapshots
 from ..db.text_sql import utf8_bytes
 from ..entries import json_documents, name_unknown_entry
+from ..errors import StoredValueError
 from .ids import record_id
 from .models import (
     TIMING_FIELDS,
@@ -31,6 +33,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "records_from_rows",
     "snapshot_from_row",
+    "stored_object",
     "summary_from_row",
 ]
 
@@ -84,8 +87,33 @@ _COMPACTED: TypeAdapter[CompactedMessage] = TypeAdapter(CompactedMessage)
 _RECORDS: TypeAdapter[list[RawMessageRecord]] = TypeAdapter(list[RawMessageRecord])
 
 
-def _object(text: str | None) -> dict[str, Any]:
-    return {} if text is None else dict(orjson.loads(text))
+def stored_object(
+    text: str | bytes | None, what: str, column: str, session_id: str, sequence: int
+) -> dict[str, Any]:
+    """A stored metadata/tags document: a JSON object, else ``StoredValueError`` naming
+    the row (never coerced: ``[]`` is not ``{}``). SQL NULL, which rows that lovia's
+    own append wrote hold, is the empty object."""
+    if text is None:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:  # what JSON allows and orjson refuses (an integer wider than 64 bits)
+            value = json.loads(text)
+        except ValueError:
+            value = _INVALID
+    if not isinstance(value, dict):
+        problem = "is not valid JSON" if value is _INVALID else "must be a JSON object"
+        raise StoredValueError(
+            f"Stored message {what} {problem}",
+            table="lovia_messages",
+            column=column,
+            row={"session_id": session_id, "sequence": sequence},
+        )
+    return value
+
+
+_INVALID = object()
 
 
 def summary_from_row(row: Any) -> SessionSummary:
@@ -135,8 +163,8 @@ def _record_values(row: Any, message: Any) -> dict[str, Any]:
         request_id=request_id,
         run_id=run_id,
         message=message,
-        metadata=_object(meta),
-        tags=_object(tags),
+        metadata=stored_object(meta, "metadata", "metadata_json", session_id, sequence),
+        tags=stored_object(tags, "tags", "tags_json", session_id, sequence),
         created_at=created,
         updated_at=updated or created,
         envelope=None if envelope is None else orjson.loads(envelope),

@@ -5,9 +5,14 @@ The version is claimed by a conditional update of the session row
 of racing writers exactly one matches, in one process or many; the others
 see a stale version and get ``SnapshotConflictError``. Any refusal raises,
 which rolls the claim back with the rest of the transaction.
+
+What a refusal says is a ``SnapshotWording``: ours by default; a framework
+integration passes its framework's own sentences, which its callers match on.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, select, update
 
@@ -17,17 +22,52 @@ from ..errors import SnapshotConflictError, UserError
 from .ids import new_uuid7
 from .models import CompactedMessage, ContextSnapshot
 
-__all__ = ["write_snapshot"]
+__all__ = ["SnapshotWording", "write_snapshot"]
 
 m = messages.c
 s = sessions.c
 p = snapshots.c
 
 
+@dataclass(frozen=True)
+class SnapshotWording:
+    """The errors a refused snapshot raises, one builder per reason."""
+
+    def no_messages(self, sid: str, boundary: int) -> Exception:
+        return UserError(f"session {sid!r} has no raw messages to compact")
+
+    def not_stored(self, sid: str, boundary: int) -> Exception:
+        return UserError(
+            f"compacted_through_sequence {boundary} is not a stored sequence of session {sid!r}"
+        )
+
+    def not_advancing(self, sid: str, boundary: int, before: int) -> Exception:
+        return UserError(
+            f"compacted_through_sequence {boundary} must advance beyond the previous "
+            f"snapshot's boundary {before}"
+        )
+
+    def conflict(self, sid: str, expected: int, actual: int) -> Exception:
+        return SnapshotConflictError(session_id=sid, expected=expected, actual=actual)
+
+
+OURS = SnapshotWording()
+
+
 def write_snapshot(
-    conn: Connection, sid: str, summary: CompactedMessage, boundary: int, expected: int
+    conn: Connection,
+    sid: str,
+    summary: CompactedMessage,
+    boundary: int,
+    expected: int,
+    *,
+    envelope_json: str | None = None,
+    wording: SnapshotWording = OURS,
 ) -> ContextSnapshot:
-    """Store snapshot ``expected + 1`` of ``sid`` covering sequences up to ``boundary``."""
+    """Store snapshot ``expected + 1`` of ``sid`` covering sequences up to ``boundary``.
+
+    ``envelope_json`` is a framework's own summary message, kept whole beside ours.
+    """
     claimed = conn.execute(
         update(sessions)
         .where(s.session_id == sid, s.snapshot_version == expected)
@@ -37,9 +77,9 @@ def write_snapshot(
         query = select(s.snapshot_version).where(s.session_id == sid)
         actual = (conn.execute(query)).scalar()
         if actual is None and expected == 0:
-            raise UserError(f"session {sid!r} has no raw messages to compact")
-        raise SnapshotConflictError(session_id=sid, expected=expected, actual=actual or 0)
-    _check_boundary(conn, sid, boundary, expected)
+            raise wording.no_messages(sid, boundary)
+        raise wording.conflict(sid, expected, actual or 0)
+    _check_boundary(conn, sid, boundary, expected, wording)
     now = utcnow()
     snapshot = ContextSnapshot(
         id=new_uuid7(),
@@ -57,7 +97,7 @@ def write_snapshot(
             snapshot_id=snapshot.id,
             compacted_through_sequence=boundary,
             summary_json=summary.model_dump_json(),
-            envelope_json=None,
+            envelope_json=envelope_json,
             created_at=now,
             updated_at=now,
         )
@@ -65,20 +105,17 @@ def write_snapshot(
     return snapshot
 
 
-def _check_boundary(conn: Connection, sid: str, boundary: int, previous: int) -> None:
+def _check_boundary(
+    conn: Connection, sid: str, boundary: int, previous: int, wording: SnapshotWording
+) -> None:
     """The boundary names a stored message beyond the previous snapshot's boundary."""
     stored = conn.execute(select(m.sequence).where(m.session_id == sid, m.sequence == boundary))
     if stored.first() is None:
-        raise UserError(
-            f"compacted_through_sequence {boundary} is not a stored sequence of session {sid!r}"
-        )
+        raise wording.not_stored(sid, boundary)
     if previous:
         query = select(p.compacted_through_sequence).where(
             p.session_id == sid, p.version == previous
         )
         before = (conn.execute(query)).scalar()
         if before is not None and boundary <= before:
-            raise UserError(
-                f"compacted_through_sequence {boundary} must advance beyond the previous "
-                f"snapshot's boundary {before}"
-            )
+            raise wording.not_advancing(sid, boundary, before)

@@ -1,0 +1,233 @@
+"""zett-agent's messages as stored: zett's own envelope, kept whole, and lovia's view of it.
+
+The envelope is what zett-agent writes in ``raw_messages.message_json``:
+``{"kind": K, "data": dataclasses.asdict(message)}``, made by zett's own
+codec (``encode_messages``), so a message reads back equal and a row holds
+the same text zett would have written. The projection, the transcript
+entries lovia's view shows for it, comes from the envelope
+(``lovia_store.storage.zett_envelopes``, which adopted zett files go through
+too). Rows written by lovia's API have no envelope: their entry is turned
+into the zett message that says the same.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from zett_agent.extensions.compaction import CompactedMessage
+from zett_agent.messages import (
+    AgentMessage,
+    AnyMessage,
+    AssistantMessage,
+    ImageBytesSource,
+    ImageContent,
+    ImageDetail,
+    ImageUrlSource,
+    SystemMessage,
+    TextContent,
+    ToolCall,
+    ToolMessage,
+    UserContentPart,
+    UserMessage,
+)
+from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages, encode_messages
+
+from ...entries import (
+    AssistantTextEntry,
+    ContentPart,
+    ImagePart,
+    InputEntry,
+    ReasoningEntry,
+    TextPart,
+    ToolCallEntry,
+    TranscriptEntry,
+    call_id_of,
+    entry_from_dict,
+    entry_to_json,
+)
+from ...errors import StoredValueError, UserError
+from ...storage.appends import Projection
+from ...storage.zett_envelopes import entry_from_envelope, text_of
+
+__all__ = [
+    "MESSAGE_CLASSES",
+    "decode_compacted",
+    "decode_envelopes",
+    "encode_envelope",
+    "message_from_entry",
+    "project",
+]
+
+_KIND_OF = {cls: int(kind) for kind, cls in MESSAGE_TYPES.items()}
+MESSAGE_CLASSES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage, AgentMessage)
+
+
+def encode_envelope(message: object) -> str:
+    """The message's envelope as zett encodes it (one ``{"kind", "data"}`` object).
+
+    ``CompactedMessage`` belongs in a snapshot, and anything that is not one of
+    zett's message classes is refused, before anything is written.
+    """
+    kind = _KIND_OF.get(type(message))
+    if kind == MessageKind.CHECKPOINT:
+        raise UserError("Checkpoints belong in snapshots, not raw logs")
+    if kind is None:
+        raise UserError(
+            f"message must be a zett-agent message (SystemMessage, UserMessage, "
+            f"AssistantMessage, ToolMessage or AgentMessage), not {type(message).__name__}"
+        )
+    return _encode(message)
+
+
+def _encode(message: Any) -> str:
+    try:
+        text = encode_messages([message])
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold, NaN, a set...
+        raise UserError(f"{type(message).__name__} cannot be stored as JSON: {exc}") from exc
+    return text[1:-1]  # json.dumps of a one-element list: "[" + element + "]"
+
+
+def encode_compacted(message: object) -> str:
+    if type(message) is not CompactedMessage:
+        raise UserError("Context snapshot must contain exactly one CompactedMessage")
+    return _encode(message)
+
+
+def project(envelope: str) -> Projection:
+    """The stored projection (entry type, call id, entry JSON) of one envelope."""
+    entry = entry_from_dict(entry_from_envelope(orjson.loads(envelope)))
+    return Projection(entry.type, call_id_of(entry), entry_to_json(entry))
+
+
+def summary_text(message: CompactedMessage) -> str:
+    """The summary's text, for our own ``summary_json`` beside zett's envelope."""
+    return text_of(orjson.loads(_encode(message))["data"].get("content"))
+
+
+def decode_envelopes(envelopes: Sequence[str], where: Sequence[dict[str, object]]) -> list[Any]:
+    """zett's messages from their envelopes, by zett's own codec, in one pass.
+
+    A row that does not decode raises ``StoredValueError`` naming it.
+    """
+    if not envelopes:
+        return []
+    try:
+        return decode_messages("[" + ",".join(envelopes) + "]")
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        for envelope, row in zip(envelopes, where, strict=True):
+            try:
+                decode_messages(f"[{envelope}]")
+            except (ValidationError, ValueError, KeyError, TypeError, binascii.Error) as exc:
+                raise StoredValueError(
+                    f"Stored message is not a zett-agent message: {exc}",
+                    table="lovia_messages",
+                    column="envelope_json",
+                    row=row,
+                ) from exc
+        raise
+
+
+def decode_compacted(envelope: str, row: dict[str, object]) -> CompactedMessage:
+    """A snapshot's summary from its envelope; anything else is refused, as zett does."""
+    messages: list[object]
+    try:
+        messages = list(decode_messages(f"[{envelope}]"))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        messages = []
+    if len(messages) != 1 or not isinstance(messages[0], CompactedMessage):
+        raise StoredValueError(
+            "Context snapshot must contain exactly one CompactedMessage",
+            table="lovia_snapshots",
+            column="envelope_json",
+            row=row,
+        )
+    return messages[0]
+
+
+# -- lovia's entries as zett messages (rows written by lovia's API) ------------
+
+
+def message_from_entry(entry: TranscriptEntry, call_names: Mapping[str, str]) -> AnyMessage:
+    """The zett message that says what one lovia entry says.
+
+    A tool result gets the name of its call when ``call_names`` knows it
+    (lovia's results carry no tool name), else ``""``.
+    """
+    if isinstance(entry, InputEntry):
+        if entry.role == "system":
+            content = entry.content
+            text = content if isinstance(content, str) else _joined_text(content)
+            return SystemMessage(content=text)
+        return UserMessage(content=_user_content(entry.content))
+    if isinstance(entry, AssistantTextEntry):
+        return AssistantMessage(content=entry.content)
+    if isinstance(entry, ReasoningEntry):
+        return AssistantMessage(reasoning=entry.content, provider=entry.provider)
+    if isinstance(entry, ToolCallEntry):
+        return AssistantMessage(tool_calls=(_tool_call(entry),))
+    return ToolMessage(
+        tool_call_id=entry.call_id,
+        name=call_names.get(entry.call_id, ""),
+        content=entry.output if entry.parts is None else _parts(entry.parts),
+        success=not entry.is_error,
+    )
+
+
+def _tool_call(entry: ToolCallEntry) -> ToolCall:
+    try:
+        arguments = json.loads(entry.arguments)
+    except ValueError:
+        arguments = None
+    if isinstance(arguments, dict):
+        return ToolCall(id=entry.call_id, name=entry.name, arguments=arguments)
+    # zett's way to say a call's arguments could not be decoded: it is never run.
+    return ToolCall(
+        id=entry.call_id,
+        name=entry.name,
+        error=f"arguments are not a JSON object: {entry.arguments[:200]}",
+    )
+
+
+def _joined_text(parts: Sequence[ContentPart]) -> str:
+    return "\n".join(part.text for part in parts if isinstance(part, TextPart))
+
+
+def _user_content(content: str | list[ContentPart]) -> str | list[UserContentPart]:
+    return content if isinstance(content, str) else _parts(content)
+
+
+def _parts(parts: Sequence[ContentPart]) -> list[UserContentPart]:
+    return [_part(part) for part in parts]
+
+
+def _part(part: ContentPart) -> UserContentPart:
+    if isinstance(part, TextPart):
+        return TextContent(part.text)
+    if isinstance(part, ImagePart):
+        image = _image(part)
+        if image is not None:
+            return image
+    # A file, or an image zett cannot hold (no image MIME type): said in words.
+    described = part.model_dump(exclude_none=True, exclude={"data"})
+    return TextContent(f"[{part.type}: {json.dumps(described, ensure_ascii=False)}]")
+
+
+def _image(part: ImagePart) -> ImageContent | None:
+    detail = ImageDetail(part.detail) if part.detail in set(ImageDetail) else ImageDetail.AUTO
+    try:
+        if part.data is not None:
+            data = base64.b64decode(part.data, validate=True)
+            source: Any = ImageBytesSource(data, part.mime_type or "")
+        elif part.url is not None:
+            source = ImageUrlSource(part.url)
+        else:
+            return None
+    except (ValueError, binascii.Error):
+        return None
+    return ImageContent(source, detail)

@@ -1,0 +1,144 @@
+"""Our rows as zett-agent's read models, converted once, straight from the row.
+
+Rows come in ``RECORD_COLUMNS``/``SNAPSHOT_COLUMNS``/``SUMMARY_COLUMNS``
+order (the core's statements). A row zett's codec wrote (or an adopted zett
+file kept) is decoded from its envelope; a row lovia's API wrote, from its
+entry. Metadata and tags must be stored JSON objects, as zett requires:
+anything else raises ``StoredValueError`` naming the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from zett_agent.extensions.compaction import CompactedMessage
+from zett_agent.extensions.persistence import (
+    ContextSnapshot,
+    RawMessageRecord,
+    SessionSummary,
+    SessionView,
+)
+from zett_agent.json_types import json_object
+
+from ...entries import ToolCallEntry, entries_from_json_rows
+from ...errors import StoredValueError
+from ...storage.ids import record_id
+from ...storage.models import TIMING_FIELDS, USAGE_FIELDS
+from ...storage.records import stored_object
+from .codec import decode_compacted, decode_envelopes, message_from_entry
+
+__all__ = ["records_from_rows", "snapshot_from_row", "summary_from_row", "view_from"]
+
+_MEASURED = (*TIMING_FIELDS, *USAGE_FIELDS)  # the columns between tags_json and created_at
+# RECORD_COLUMNS: session_id, sequence, request_id, run_id, message_id, entry, envelope, ...
+_ENVELOPE = 6
+
+
+def summary_from_row(row: Any) -> SessionSummary:
+    return SessionSummary(
+        session_id=row.session_id,
+        parent_session_id=row.parent_session_id,
+        session_type=row.session_type,
+        title=row.title,
+        agent_name=row.agent_name,
+        message_count=row.message_count,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
+    """One page of raw messages as zett's records, in the rows' order."""
+    if not rows:
+        return []
+    messages = _messages(rows)
+    return [_record(row, message) for row, message in zip(rows, messages, strict=True)]
+
+
+def _messages(rows: Sequence[Any]) -> list[Any]:
+    """Every row's zett message: envelopes decoded in one pass, entries in another."""
+    enveloped = [i for i, row in enumerate(rows) if row[_ENVELOPE] is not None]
+    decoded = decode_envelopes(
+        [rows[i][_ENVELOPE] for i in enveloped],
+        [{"session_id": rows[i][0], "sequence": rows[i][1]} for i in enveloped],
+    )
+    out: list[Any] = [None] * len(rows)
+    for i, message in zip(enveloped, decoded, strict=True):
+        out[i] = message
+    if len(enveloped) < len(rows):
+        plain = [i for i, row in enumerate(rows) if row[_ENVELOPE] is None]
+        entries = entries_from_json_rows([rows[i][5] for i in plain])
+        names = {e.call_id: e.name for e in entries if isinstance(e, ToolCallEntry)}
+        for i, entry in zip(plain, entries, strict=True):
+            out[i] = message_from_entry(entry, names)
+    return out
+
+
+def _record(row: Any, message: Any) -> RawMessageRecord:
+    session_id, sequence, request_id, _run, message_id, _entry, _env, meta, tags = row[:9]
+    created, updated = row[-2:]
+    values = dict(zip(_MEASURED, row[9:-2], strict=True))
+    if values["started_at"] is None:
+        # A row lovia's own append wrote has no timing: it reads as instantaneous.
+        values.update(started_at=created, completed_at=created, duration_ns=0)
+    return RawMessageRecord(
+        id=message_id or record_id(session_id, sequence),
+        session_id=session_id,
+        request_id=request_id,
+        sequence=sequence,
+        message=message,
+        metadata=stored_object(meta, "metadata", "metadata_json", session_id, sequence),
+        tags=_tags(stored_object(tags, "tags", "tags_json", session_id, sequence), row),
+        created_at=created,
+        updated_at=updated or created,
+        **values,
+    )
+
+
+def _tags(tags: dict[str, Any], row: Any) -> dict[str, Any]:
+    if all(key.strip() for key in tags):
+        return tags
+    try:
+        return json_object(tags, field_name="Stored message tags", nonempty_keys=True)
+    except ValueError as exc:
+        raise StoredValueError(
+            str(exc),
+            table="lovia_messages",
+            column="tags_json",
+            row={"session_id": row[0], "sequence": row[1]},
+        ) from None
+
+
+def snapshot_from_row(row: Any) -> ContextSnapshot:
+    if row.envelope_json is not None:
+        key = {"session_id": row.session_id, "version": row.version}
+        compacted = decode_compacted(row.envelope_json, key)
+    else:  # a snapshot our own Raw Log API wrote: its summary text
+        compacted = CompactedMessage(content=orjson.loads(row.summary_json)["content"])
+    return ContextSnapshot(
+        id=row.snapshot_id,
+        session_id=row.session_id,
+        version=row.version,
+        compacted_message=compacted,
+        compacted_through_sequence=row.compacted_through_sequence,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def view_from(found: tuple[Any, Any, Sequence[Any]] | None) -> SessionView:
+    """zett's ``SessionView`` of what ``fetch_view`` read; an unknown session's is empty."""
+    if found is None:
+        return SessionView(session_type=0)
+    head, latest, tail = found
+    # Built without re-validating: every part was just built (and validated) here.
+    return SessionView.model_construct(
+        parent_session_id=head.parent_session_id,
+        session_type=head.session_type,
+        title=head.title,
+        agent_name=head.agent_name,
+        snapshot=None if latest is None else snapshot_from_row(latest),
+        raw_tail=records_from_rows(tail),
+    )

@@ -1,0 +1,374 @@
+"""zett-agent's ``SQLSessionStorage`` and ``SQLiteSessionStorage``, on lovia-store's schema.
+
+The methods zett's persistence extensions call (``load``, ``append``,
+``snapshot``) and the ones ``SQLSessionExtension`` forwards (sessions,
+paging, counts), with zett's signatures, zett's types and zett's error
+wording. Underneath is the core Raw Log storage's SQL: the same statements,
+the same transactions, the same rows (``lovia_sessions``, ``lovia_messages``,
+``lovia_snapshots``); only the conversion at the edge is zett's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from sqlalchemy import BigInteger, Connection, bindparam, select, update
+from zett_agent.extensions.compaction import CompactedMessage
+from zett_agent.extensions.events import MessageTiming
+from zett_agent.extensions.persistence import (
+    ContextSnapshot,
+    RawMessageRecord,
+    SessionSummary,
+    SessionView,
+)
+from zett_agent.json_types import JsonValue
+from zett_agent.messages import AnyMessage, AssistantMessage
+from zett_agent.model import ModelUsage
+from zett_agent.sync_runtime import SyncMethodsMixin
+
+from ...db.database import as_database
+from ...db.dialect import insert_ignore
+from ...db.tables import sessions
+from ...db.types import utcnow
+from ...entries import Usage
+from ...errors import UserError
+from ...storage import models as core
+from ...storage.appends import PendingMessage
+from ...storage.reads import fetch_page, fetch_view, page_is_one_statement
+from ...storage.records import SUMMARY_COLUMNS
+from ...storage.rules import session_row_values
+from ...storage.snapshots import write_snapshot
+from ...storage.sql_storage import default_path
+from ...stores.segments import check_id, check_integer
+from ...stores.sql_base import StoreTarget
+from ...stores.sql_sessions import delete_session_rows
+from . import codec, rules
+from .records import records_from_rows, summary_from_row, view_from
+
+__all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
+
+s = sessions.c
+_SUMMARY = select(*SUMMARY_COLUMNS).where(s.session_id == bindparam("sid"))
+
+
+class SQLSessionStorage(SyncMethodsMixin):
+    """zett-agent's session storage on any database lovia-store runs on.
+
+    ``target`` is a URL (``postgresql://…``, ``mysql+asyncmy://…``,
+    ``sqlite+aiosqlite:///…``), a SQLite path, an ``AsyncEngine`` you own, or
+    a ``lovia_store.Database`` that other stores share. None is the SQLite file
+    ``~/.lovia-store/sessions.sqlite3`` (not zett's ``~/.zett-agent/…``: a
+    zett file is converted in place when opened, so it is opened only when
+    named). The schema is brought to the current revision on first use, and a
+    file zett-agent wrote is adopted by that migration.
+
+    ``database`` is the ``Database`` underneath; ``path``, ``engine``,
+    ``dialect`` and ``url`` are what zett's storage exposes (``engine`` is the
+    ``Database``'s engine: for a SQLite file lovia-store opens, the pysqlite
+    engine its writer threads use, not an ``AsyncEngine``).
+    """
+
+    def __init__(self, target: StoreTarget | None = None) -> None:
+        self.database, self._owns_database = as_database(
+            default_path() if target is None else target
+        )
+        self.dialect = self.database.dialect
+        self.url = self.database.url
+        self.path: Path | None = self.database.sqlite_path
+
+    @property
+    def engine(self) -> Any:
+        return self.database.engine
+
+    async def close(self) -> None:
+        """Release the connections (only a ``Database`` this storage opened itself)."""
+        if self._owns_database:
+            await self.database.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.url!r})"
+
+    # -- sessions ------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        session_type: int = 0,
+    ) -> SessionSummary:
+        """Create an empty session before its first Raw Log message is appended."""
+        sid = rules.check_new_session_id(session_id)
+        values = session_row_values(
+            rules.check_parent(parent_session_id, sid),
+            rules.check_display(title, "title"),
+            rules.check_display(agent_name, "agent_name"),
+            rules.check_session_type(session_type),
+        )
+
+        def work(conn: Connection) -> datetime:
+            now = utcnow()
+            row = {"session_id": sid, **values, "created_at": now, "updated_at": now}
+            if not insert_ignore(conn, sessions, row):
+                raise UserError(f"Session already exists: {sid}")
+            return now
+
+        now = await self.database.write(work)
+        return SessionSummary(
+            session_id=sid, message_count=0, **values, created_at=now, updated_at=now
+        )
+
+    async def get_session(self, session_id: str) -> SessionSummary | None:
+        """One session's storage metadata, without its messages; None if unknown."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> Any:
+            return conn.execute(_SUMMARY, {"sid": session_id}).first()
+
+        row = await self.database.read(work, single_statement=True)
+        return None if row is None else summary_from_row(row)
+
+    async def update_session(
+        self, session_id: str, *, title: str | None = None, agent_name: str | None = None
+    ) -> SessionSummary | None:
+        """Change the display values given (stripped); None if the session is unknown."""
+        check_id(session_id, "session_id")
+        if title is None and agent_name is None:
+            raise UserError("At least one session field must be supplied")
+        changes = {
+            name: value
+            for name, value in (
+                ("title", rules.check_display(title, "title")),
+                ("agent_name", rules.check_display(agent_name, "agent_name")),
+            )
+            if value is not None
+        }
+
+        def work(conn: Connection) -> Any:
+            changed = conn.execute(
+                update(sessions)
+                .where(s.session_id == session_id)
+                .values(**changes, updated_at=utcnow())
+            )
+            if not changed.rowcount:
+                return None
+            return conn.execute(_SUMMARY, {"sid": session_id}).one()
+
+        row = await self.database.write(work)
+        return None if row is None else summary_from_row(row)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session, its raw messages and its snapshots; True when it existed."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> bool:
+            return delete_session_rows(conn, session_id)
+
+        return await self.database.write(work)
+
+    async def list_sessions(
+        self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SessionSummary]:
+        """One page of sessions, latest activity first (ties: higher id first)."""
+        limit, offset = rules.check_page(limit, offset)
+        codes = rules.check_session_types(session_types)
+
+        def work(conn: Connection) -> Sequence[Any]:
+            query = select(*SUMMARY_COLUMNS)
+            if codes is not None:
+                query = query.where(s.session_type.in_(codes))
+            query = query.order_by(s.updated_at.desc(), s.session_id.desc())
+            # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
+            query = query.limit(bindparam("limit", limit, type_=BigInteger)).offset(
+                bindparam("offset", offset, type_=BigInteger)
+            )
+            return conn.execute(query).all()
+
+        return [summary_from_row(row) for row in await self.database.read(work)]
+
+    async def count_messages(self, session_id: str) -> int:
+        """How many raw messages the session holds (0 if unknown), from its session row."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> int:
+            query = select(s.message_count).where(s.session_id == session_id)
+            return int(conn.execute(query).scalar() or 0)
+
+        return await self.database.read(work, single_statement=True)
+
+    # -- the Raw Log ----------------------------------------------------------
+
+    async def list_raw_messages(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int = 0,
+        through_sequence: int | None = None,
+        limit: int = 10_000,
+        offset: int = 0,
+    ) -> list[RawMessageRecord]:
+        """One chronological page of the immutable Raw Log, ignoring snapshots."""
+        check_id(session_id, "session_id")
+        after, through = rules.check_bounds(after_sequence, through_sequence)
+        limit, offset = rules.check_page(limit, offset)
+
+        def work(conn: Connection) -> Sequence[Any]:
+            return fetch_page(
+                conn,
+                session_id,
+                after_sequence=after,
+                through_sequence=through,
+                limit=limit,
+                offset=offset,
+            )
+
+        single = page_is_one_statement(self.database.dialect, offset)
+        return records_from_rows(await self.database.read(work, single_statement=single))
+
+    async def load(self, session_id: str) -> SessionView:
+        """The latest snapshot and the raw messages after its boundary; empty if unknown."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> Any:
+            return fetch_view(conn, session_id)
+
+        return view_from(await self.database.read(work))
+
+    async def append(
+        self,
+        session_id: str,
+        request_id: str,
+        message: AnyMessage,
+        timing: MessageTiming | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        tags: Mapping[str, JsonValue] | None = None,
+        usage: ModelUsage | None = None,
+    ) -> int:
+        """Append one original message; returns its sequence (1, 2, 3, … per session).
+
+        The first append creates the session (with the parent, title and agent
+        name given); a later one that names a title or agent name sets it, as
+        zett's storage does. The parent never changes. One transaction whose
+        cost does not grow with the session.
+        """
+        sid = check_id(session_id, "session_id")
+        rid = check_id(request_id, "request_id")
+        shown_title = rules.check_display(title, "title")
+        shown_agent = rules.check_display(agent_name, "agent_name")
+        if usage is not None and not isinstance(message, AssistantMessage):
+            raise UserError("Model usage belongs only to assistant messages")
+        metadata_json = rules.encode_context(metadata, "Message metadata", nonempty_keys=False)
+        tags_json = rules.encode_context(tags, "Message tags", nonempty_keys=True)
+        envelope = codec.encode_envelope(message)
+        pending = PendingMessage.build(
+            sid,
+            rid,
+            codec.project(envelope),
+            timing=_timing(timing),
+            parent=rules.check_parent(parent_session_id, sid),
+            title=shown_title,
+            agent_name=shown_agent,
+            metadata_json=metadata_json,
+            tags_json=tags_json,
+            usage=_usage(usage),
+            envelope_json=envelope,
+            update_display=True,
+            on_parent_mismatch=rules.parent_mismatch,
+        )
+        return await self.database.write(pending.write)
+
+    async def snapshot(
+        self,
+        session_id: str,
+        compacted_message: CompactedMessage,
+        compacted_through_sequence: int,
+        expected_version: int,
+    ) -> ContextSnapshot:
+        """Store a compaction checkpoint, checking the version optimistically.
+
+        A stale ``expected_version`` raises ``SnapshotConflictError`` ("Snapshot
+        conflict; reload the session"). Raw messages are never changed.
+        """
+        sid = check_id(session_id, "session_id")
+        envelope = codec.encode_compacted(compacted_message)
+        summary = core.CompactedMessage(content=codec.summary_text(compacted_message))
+        boundary = check_integer(compacted_through_sequence, "compacted_through_sequence")
+        expected = check_integer(expected_version, "expected_version")
+
+        def work(conn: Connection) -> core.ContextSnapshot:
+            return write_snapshot(
+                conn,
+                sid,
+                summary,
+                boundary,
+                expected,
+                envelope_json=envelope,
+                wording=rules.ZETT_SNAPSHOTS,
+            )
+
+        stored = await self.database.write(work)
+        return ContextSnapshot(
+            id=stored.id,
+            session_id=sid,
+            version=stored.version,
+            compacted_message=compacted_message,
+            compacted_through_sequence=boundary,
+            created_at=stored.created_at,
+            updated_at=stored.updated_at,
+        )
+
+
+class SQLiteSessionStorage(SQLSessionStorage):
+    """The storage on one SQLite file (None: ``~/.lovia-store/sessions.sqlite3``).
+
+    Parent folders are created at construction, as zett's storage does.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(Path(default_path() if path is None else path).expanduser())
+
+
+def _timing(timing: MessageTiming | None) -> core.MessageTiming:
+    """zett's timing as ours; a naive time is UTC, which is how zett reads its own back."""
+    if timing is None:
+        return core.MessageTiming.instant()
+    if not isinstance(timing, MessageTiming):
+        raise UserError(f"timing must be a MessageTiming or None, not {type(timing).__name__}")
+    values: dict[str, Any] = {}
+    for name in core.TIMING_FIELDS:
+        value = getattr(timing, name)
+        values[name] = _aware(value) if isinstance(value, datetime) else value
+    return core.MessageTiming.model_construct(**values)
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _usage(usage: ModelUsage | None) -> Usage | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, ModelUsage):
+        raise UserError(f"usage must be a ModelUsage or None, not {type(usage).__name__}")
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+    )
