@@ -178,6 +178,10 @@ def read_state(conn: Connection) -> SchemaState:
 def refuse_newer(state: SchemaState, database: str) -> None:
     """Raise ``SchemaVersionError`` if a newer version wrote this database."""
     for store, version in sorted(state.versions.items()):
+        if store not in KNOWN_VERSIONS:
+            # Another lovia store's row (its web UI keeps "chat" here): not ours
+            # to judge, and left as it is.
+            continue
         ours = state.revision is not None or state.joined
         known = KNOWN_VERSIONS.get(store, 0) if ours else LEGACY_VERSION
         if version > known:
