@@ -13,7 +13,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import LoviaStoreError, MissingDriverError, UserError
-from .runners import AsyncRunner, Runner, ThreadRunner, Work, make_async_engine
+from .runners import AsyncRunner, Runner, Work, make_async_engine
+from .sqlite_runner import ThreadRunner
 
 __all__ = ["Database", "Work", "as_database"]
 
