@@ -1136,6 +1136,9 @@ SNAPSHOT = RunSnapshot(run_id="r", agent_name="a")
         ({}, "needs a checkpointer"),
         ({"run_id": "r"}, "needs a checkpointer"),
         ({"checkpointer": InMemoryCheckpointer(), "if_run_exists": "resume_only"}, "run_id"),
+        # As lovia 0.9.119 decides both (docs/runs.md says why).
+        ({"checkpointer": InMemoryCheckpointer()}, "needs the run_id"),
+        ({"resume_from": SNAPSHOT, "delete_on_success": True}, "needs a checkpointer"),
         ({"checkpointer": InMemoryCheckpointer(), "run_id": "x", "resume_from": SNAPSHOT}, "match"),
         (
             {
@@ -1146,8 +1149,14 @@ SNAPSHOT = RunSnapshot(run_id="r", agent_name="a")
             "restart",
         ),
         ({"resume_from": SNAPSHOT, "if_run_exists": "fail"}, "fail"),
-        ({"checkpointer": InMemoryCheckpointer(), "delete_on_success": 1}, "delete_on_success"),
-        ({"checkpointer": InMemoryCheckpointer(), "delete_on_success": "yes"}, "delete_on_success"),
+        (
+            {"checkpointer": InMemoryCheckpointer(), "run_id": "r", "delete_on_success": 1},
+            "delete_on_success",
+        ),
+        (
+            {"checkpointer": InMemoryCheckpointer(), "run_id": "r", "delete_on_success": "yes"},
+            "delete_on_success",
+        ),
         ({"checkpointer": object(), "run_id": "r"}, "checkpointer"),
         ({"checkpointer": InMemoryCheckpointer(), "run_id": ""}, "run_id"),
         ({"resume_from": {"run_id": "r", "agent_name": "a"}}, "RunSnapshot"),
@@ -1162,7 +1171,6 @@ def test_checkpoint_options_are_validated(arguments: dict[str, Any], match: str)
 def test_valid_checkpoint_options() -> None:
     """The legal combinations construct, and key names the run they address."""
     cp = InMemoryCheckpointer()
-    assert CheckpointOptions(cp).key is None
     assert CheckpointOptions(cp, "r", if_run_exists="resume_only").key == "r"
     assert CheckpointOptions(resume_from=SNAPSHOT).key == "r"
     assert CheckpointOptions(resume_from=SNAPSHOT, if_run_exists="resume_only").key == "r"
@@ -1294,3 +1302,18 @@ async def test_tools_get_their_context_and_failures_become_error_results() -> No
     assert not results["ok"].is_error and not results["me"].is_error
     assert outcome.final_output == "recovered"
     assert model.seen[1][-len(calls) :] == [results[c.call_id] for c in calls]
+
+
+async def test_a_script_played_in_call_order_goes_on_across_runs() -> None:
+    """``play="calls"`` pops turns as lovia's ScriptedProvider does; the default picks by
+    position, so the same two runs would both get the first turn."""
+    by_calls = ScriptedModel([[say("first")], [say("second")]], play="calls")
+    by_position = ScriptedModel([[say("first")], [say("second")]])
+    for model, expected in ((by_calls, ["first", "second"]), (by_position, ["first", "first"])):
+        agent = Agent("bot", model)
+        outputs = [(await Runner.run(agent, "hi")).final_output for _ in range(2)]
+        assert outputs == expected
+    with pytest.raises(UserError, match="has 2 turns"):
+        await Runner.run(Agent("bot", by_calls), "again")
+    with pytest.raises(UserError, match="play"):
+        ScriptedModel([], play="random")  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -106,19 +106,29 @@ def _transfer() -> str:
 class ScriptedModel:
     """A model that plays a fixed script, for tests and the demo.
 
-    The script is indexed by position in the conversation, not by call count:
-    the k-th model turn since the latest user message gets ``turns[k]``. A
-    resumed run (in a fresh process, with a fresh ``ScriptedModel``) therefore
-    continues exactly where the crashed one stopped. ``calls`` counts the
-    turns this instance actually played.
+    ``play="position"`` (the default) indexes the script by position in the
+    conversation: the k-th model turn since the latest user message gets
+    ``turns[k]``, so a resumed run (in a fresh process, with a fresh
+    ``ScriptedModel``) continues exactly where the crashed one stopped.
+    ``play="calls"`` plays the turns in call order, one per call, as lovia's
+    ``ScriptedProvider`` pops its queue. ``calls`` counts the turns this
+    instance actually played.
     """
 
-    def __init__(self, turns: Sequence[ModelTurn | Sequence[TranscriptEntry]]) -> None:
+    def __init__(
+        self,
+        turns: Sequence[ModelTurn | Sequence[TranscriptEntry]],
+        *,
+        play: Literal["position", "calls"] = "position",
+    ) -> None:
+        if play not in ("position", "calls"):
+            raise UserError(f"play must be 'position' or 'calls', not {play!r}")
         self.turns = [t if isinstance(t, ModelTurn) else ModelTurn(entries=list(t)) for t in turns]
+        self.play = play
         self.calls = 0
 
     async def turn(self, transcript: list[TranscriptEntry], tools: Sequence[Tool]) -> ModelTurn:
-        index = model_turns_since_user(transcript)
+        index = self.calls if self.play == "calls" else model_turns_since_user(transcript)
         if index >= len(self.turns):
             raise UserError(f"ScriptedModel has {len(self.turns)} turns; turn {index + 1} asked")
         self.calls += 1

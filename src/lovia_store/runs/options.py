@@ -64,10 +64,17 @@ class CheckpointOptions:
                 raise UserError(f"resume_from cannot be combined with {self.if_run_exists!r}")
         elif self.checkpointer is None:
             raise UserError("CheckpointOptions needs a checkpointer (or resume_from)")
-        if self.if_run_exists == "resume_only" and self.run_id is None and self.resume_from is None:
-            raise UserError("resume_only needs the run_id of the run to continue")
+        elif self.run_id is None:
+            # As lovia: a run checkpointed under no id can never be re-issued, so
+            # its checkpoint could only ever be orphaned.
+            raise UserError(
+                "a checkpointer needs the run_id to store the run under "
+                "(e.g. uuid4().hex; re-issuing that id is what resumes or replays it)"
+            )
         if not isinstance(self.delete_on_success, bool):
             raise UserError("delete_on_success must be a bool")
+        if self.delete_on_success and self.checkpointer is None:
+            raise UserError("delete_on_success needs a checkpointer to delete the snapshot from")
         if self.lease_ttl is not None:
             check_ttl(self.lease_ttl)
 
