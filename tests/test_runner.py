@@ -392,17 +392,17 @@ async def test_fail_refuses_an_existing_run(stores: Stores, status: str) -> None
 
 
 async def test_a_run_id_is_generated_when_none_is_given(stores: Stores) -> None:
-    """Without a run_id every run gets a fresh one, so two runs never collide."""
-    cp = stores.checkpointer
+    """Without a checkpoint every run gets a fresh id (its segment's), so two runs never
+    collide; a checkpoint needs an id of the caller's (see test_checkpoint_options)."""
+    session = stores.session
     first = await Runner.run(
-        make_agent(Script([[say("x")]])), "go", checkpoint=CheckpointOptions(cp)
+        make_agent(Script([[say("x")]])), "go", session=session, session_id="s"
     )
     second = await Runner.run(
-        make_agent(Script([[say("y")]])), "go", checkpoint=CheckpointOptions(cp)
+        make_agent(Script([[say("y")]])), "go", session=session, session_id="s"
     )
     assert first.run_id != second.run_id and len(first.run_id) >= 16
-    assert (await loaded(cp, first.run_id)).output == "x"
-    assert (await loaded(cp, second.run_id)).output == "y"
+    assert [s.run_id for s in await session.segments("s")] == [first.run_id, second.run_id]
 
 
 async def test_run_ids_are_global_not_per_session(stores: Stores) -> None:
