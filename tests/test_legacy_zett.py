@@ -212,7 +212,9 @@ async def test_messages_are_shown_as_transcript_entries(
     assert isinstance(shown[9], ToolResultEntry) and shown[9].parts is not None
     summary = MANIFEST["sessions"][0]["snapshots"][1]["summary"]
     assert view.messages[0] == CompactedMessage(content=summary)
-    assert view.messages[1:] == shown[8:]
+    # Message 9 calls two tools: lovia's view shows both calls (revision 0006).
+    broken = ToolCallEntry(call_id="call-broken-1", name="forecast", arguments="{}")
+    assert view.messages[1:] == [shown[8], broken, shown[9]]
 
 
 async def test_lovia_sees_the_adopted_sessions_and_both_apis_continue_them(
@@ -226,7 +228,9 @@ async def test_lovia_sees_the_adopted_sessions_and_both_apis_continue_them(
             "01940000-0000-7000-8000-0000000000b1",
             "01940000-0000-7000-8000-0000000000b2",
         ]
-        assert [len(s.entries) for s in segments] == [6, 4]
+        # Every entry of each zett message: the assistant messages 3 (reasoning,
+        # text, two calls) and 9 (two calls) are several each (revision 0006).
+        assert [len(s.entries) for s in segments] == [9, 5]
         await session.append(root, [user("lovia here"), say("hello")], run_id="lovia-run")
     async with SQLiteSessionStorage(path) as store:
         assert await store.append(root, "req-new", user("and zett again")) == 13

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, Valid
 from .errors import UnknownEntryTypeError, UserError
 
 __all__ = [
+    "MULTIPLE_ENTRIES",
     "AssistantTextEntry",
     "ContentPart",
     "FilePart",
@@ -31,10 +32,12 @@ __all__ = [
     "TranscriptEntry",
     "Usage",
     "drop_dangling_tool_calls",
+    "entries_document",
     "entries_from_json_rows",
     "entry_from_dict",
     "entry_to_dict",
     "entry_to_json",
+    "expand_documents",
 ]
 
 
@@ -184,16 +187,54 @@ def entry_from_dict(data: dict[str, Any]) -> TranscriptEntry:
     return _ENTRY.validate_python(data)
 
 
-def json_documents(rows: Sequence[str | bytes]) -> list[Any]:
-    """Parse stored JSON documents with orjson.
+_WIDE = float(2**63)
 
-    A document orjson refuses but JSON allows (an integer wider than 64 bits)
-    is read by the standard library instead.
+
+def _widened(value: Any) -> bool:
+    """Whether ``value`` holds a float that may be an integer orjson widened."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if abs(item) >= _WIDE and item.is_integer():
+                return True
+        elif kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return False
+
+
+def _maybe_widened(document: Any) -> bool:
+    # Of an entry, only a tool result's raw value and reasoning metadata hold numbers.
+    if type(document) is not dict:
+        return _widened(document)
+    kind = document.get("type")
+    if kind == "tool_result":
+        value = document.get("raw")
+    elif kind == "reasoning":
+        value = document.get("metadata")
+    else:
+        return False
+    return type(value) in (dict, list, float) and _widened(value)
+
+
+def json_documents(rows: Sequence[str | bytes]) -> list[Any]:
+    """Parse stored JSON documents with orjson, every integer exact.
+
+    orjson reads an integer wider than 64 bits as a float (older versions
+    refused it); a document that may hold one is read again by the standard
+    library, which keeps it an integer.
     """
     try:
-        return [orjson.loads(row) for row in rows]
+        documents = [orjson.loads(row) for row in rows]
     except orjson.JSONDecodeError:
         return [json.loads(row) for row in rows]
+    for index, document in enumerate(documents):
+        if _maybe_widened(document):
+            documents[index] = json.loads(rows[index])
+    return documents
 
 
 def name_unknown_entry(documents: Iterable[Any]) -> None:
@@ -204,6 +245,58 @@ def name_unknown_entry(documents: Iterable[Any]) -> None:
     """
     for document in documents:
         entry_from_dict(document)
+
+
+# A stored entry document is one entry's JSON object, or, for a message another
+# framework stored that stands for several entries (a zett-agent assistant
+# message: its reasoning, text and tool calls), a JSON array of them, in order,
+# in one Raw Log row whose entry type is MULTIPLE_ENTRIES. Readers of lovia's
+# view expand it: the flat list of entries is what ``load`` returns.
+MULTIPLE_ENTRIES = "entries"
+
+
+def entries_document(entries: Sequence[TranscriptEntry]) -> str:
+    """The stored document of a row standing for ``entries`` (one object, or an array)."""
+    if len(entries) == 1:
+        return entry_to_json(entries[0])
+    return "[" + ",".join(entry_to_json(entry) for entry in entries) + "]"
+
+
+def _is_array(document: str | bytes) -> bool:
+    return document[:1] in (b"[", "[")
+
+
+def expand_documents(rows: Sequence[str | bytes]) -> list[str | bytes]:
+    """Stored documents with every array split into its entries' documents (in order)."""
+    if not any(_is_array(row) for row in rows):
+        return list(rows)
+    out: list[str | bytes] = []
+    for row in rows:
+        if _is_array(row):
+            out.extend(_dumped(item) for item in json_documents([row])[0])
+        else:
+            out.append(row)
+    return out
+
+
+def _dumped(document: Any) -> str | bytes:
+    try:
+        return orjson.dumps(document)
+    except TypeError:  # an integer wider than 64 bits, which JSON allows
+        return json.dumps(document, ensure_ascii=False)
+
+
+def _flatten(documents: list[Any]) -> list[Any] | None:
+    """Parsed documents with arrays spliced in, or None when there was none."""
+    if not any(isinstance(document, list) for document in documents):
+        return None
+    flat: list[Any] = []
+    for document in documents:
+        if isinstance(document, list):
+            flat.extend(document)
+        else:
+            flat.append(document)
+    return flat
 
 
 def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
@@ -222,8 +315,17 @@ def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]
         try:
             entries += _ENTRY_LIST.validate_python(documents)
         except ValidationError:
-            name_unknown_entry(documents)
-            raise
+            # Rows that stand for several entries are rare: looked for only here,
+            # so a session without any pays nothing for them.
+            flat = _flatten(documents)
+            if flat is None:
+                name_unknown_entry(documents)
+                raise
+            try:
+                entries += _ENTRY_LIST.validate_python(flat)
+            except ValidationError:
+                name_unknown_entry(flat)
+                raise
     return entries
 
 

@@ -13,7 +13,7 @@ message, keeping that message's envelope whole beside the projection.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,14 @@ from sqlalchemy import Connection, update
 from ..db.dialect import bump_session
 from ..db.tables import messages, sessions
 from ..db.types import utcnow
-from ..entries import Usage, call_id_of, entry_to_json
+from ..entries import (
+    MULTIPLE_ENTRIES,
+    TranscriptEntry,
+    Usage,
+    call_id_of,
+    entries_document,
+    entry_to_json,
+)
 from ..errors import UserError
 from ..stores.segments import check_id
 from .ids import new_uuid7
@@ -39,7 +46,7 @@ from .rules import (
     session_row_values,
 )
 
-__all__ = ["ParentMismatch", "PendingMessage", "Projection"]
+__all__ = ["ParentMismatch", "PendingMessage", "Projection", "projection_of"]
 
 s = sessions.c
 
@@ -51,6 +58,14 @@ class Projection:
     entry_type: str
     call_id: str | None
     entry_json: str
+
+
+def projection_of(entries: Sequence[TranscriptEntry]) -> Projection:
+    """The projection of a message standing for ``entries`` (one, or several in one row)."""
+    if len(entries) == 1:
+        entry = entries[0]
+        return Projection(entry.type, call_id_of(entry), entry_to_json(entry))
+    return Projection(MULTIPLE_ENTRIES, None, entries_document(entries))
 
 
 ParentMismatch = Callable[[str, str | None, str | None], Exception]
@@ -105,7 +120,7 @@ class PendingMessage:
         return cls.build(
             sid,
             rid,
-            Projection(entry.type, call_id_of(entry), entry_to_json(entry)),
+            projection_of([entry]),
             timing=measured,
             parent=parent,
             title=shown_title,

@@ -100,7 +100,10 @@ class SessionSummary(_Frozen):
 class RawMessageRecord(_Frozen):
     """One stored message of the Raw Log, with everything stored beside it.
 
-    ``message`` is the transcript entry both APIs show. ``run_id`` is set on
+    ``message`` is the transcript entry both APIs show; a zett-agent message
+    that stands for several entries (an assistant's reasoning, text and tool
+    calls) shows its text (else its first call) here and all of them, in
+    order, in ``entries``, which lovia's view shows. ``run_id`` is set on
     entries a lovia-style run appended (``SQLSession.append``) and None on
     messages appended one by one. ``envelope`` is zett-agent's original
     ``{"kind", "data"}`` message, verbatim, on records adopted from a
@@ -135,6 +138,13 @@ class RawMessageRecord(_Frozen):
     updated_at: datetime
     run_id: str | None = None
     envelope: dict[str, JsonValue] | None = None
+    multiple: list[TranscriptEntry] | None = None
+    """Every entry of a message that stands for several (None for one that is one)."""
+
+    @property
+    def entries(self) -> list[TranscriptEntry]:
+        """The entries lovia's view shows for this message, in order."""
+        return [self.message] if self.multiple is None else self.multiple
 
     @property
     def timing(self) -> MessageTiming:
@@ -199,15 +209,16 @@ class SessionView(_Frozen):
 
     @property
     def messages(self) -> list[CompactedMessage | TranscriptEntry]:
-        """The snapshot's summary, then the tail's messages, in sequence order.
+        """The snapshot's summary, then the tail's entries, in sequence order.
 
-        An adopted zett-agent message stored with ``include_in_messages=False``
-        (zett's system messages by default) is left out, as zett-agent does.
+        A zett-agent message stored with ``include_in_messages=False`` (zett's
+        system messages by default) is left out, as zett-agent does; one that
+        stands for several entries gives all of them.
         """
         head: list[CompactedMessage | TranscriptEntry] = (
             [self.snapshot.compacted_message] if self.snapshot is not None else []
         )
-        return head + [r.message for r in self.raw_tail if r.include_in_messages]
+        return head + [e for r in self.raw_tail if r.include_in_messages for e in r.entries]
 
     @property
     def entries(self) -> list[TranscriptEntry]:

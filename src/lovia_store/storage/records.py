@@ -144,7 +144,9 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
     try:
         return _RECORDS.validate_python(values)
     except ValidationError:
-        name_unknown_entry(documents)
+        name_unknown_entry(
+            d for doc in documents for d in (doc if isinstance(doc, list) else [doc])
+        )
         raise
 
 
@@ -156,6 +158,9 @@ def _record_values(row: Any, message: Any) -> dict[str, Any]:
     if values["started_at"] is None:
         # A row written by lovia's own append has no timing: it reads as instantaneous.
         values.update(started_at=created, completed_at=created, duration_ns=0)
+    if isinstance(message, list):  # a message that stands for several entries
+        values["multiple"] = message
+        message = _shown_entry(message)
     values.update(
         id=message_id or record_id(session_id, sequence),
         session_id=session_id,
@@ -170,6 +175,15 @@ def _record_values(row: Any, message: Any) -> dict[str, Any]:
         envelope=None if envelope is None else orjson.loads(envelope),
     )
     return values
+
+
+def _shown_entry(entries: list[Any]) -> Any:
+    """The one entry ``message`` shows for several: the text, else the first call."""
+    for wanted in ("assistant_text", "tool_call"):
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("type") == wanted:
+                return entry
+    return entries[0] if entries else None
 
 
 def snapshot_from_row(row: Any) -> ContextSnapshot:

@@ -2,23 +2,26 @@
 
 zett-agent stores each message as ``{"kind": K, "data": dataclasses.asdict(message)}``
 (kinds: 1 system, 2 user, 3 assistant, 4 tool, 5 checkpoint, 6 agent; bytes
-as ``{"__kcs_bytes__": base64}``). One zett message is one Raw Log row, so it
-becomes exactly one entry, in lovia's JSON shape:
+as ``{"__kcs_bytes__": base64}``). One zett message is one Raw Log row; the
+entries lovia's view shows for it, in lovia's JSON shape:
 
 - system -> ``input`` (role system); user and agent -> ``input`` (role user,
   which is how zett-agent sends an agent message to a model); text and image
   parts become ``text``/``image`` parts (bytes stay base64 in ``data``).
 - tool -> ``tool_result`` (``is_error`` is ``not success``; list content also
   becomes ``parts``).
-- assistant -> its text when it has any (or nothing at all), else its first
-  tool call (arguments as JSON text), else its reasoning.
+- assistant -> its reasoning, its text, then one ``tool_call`` per call, in
+  that order (the order lovia records a model turn in), each present only when
+  the message has it; a message with none of them is one empty text. The
+  reasoning has no provider: it is zett's plain text, and the signed blocks a
+  provider would need to accept it back stay in the envelope's
+  ``replay_blocks``, so no lovia adapter replays it as its own.
 
-Only a part of a message maps onto an entry in general (an assistant message
-with reasoning, text and two tool calls is four lovia entries; ``alt_text``,
-tool names, ``attributes``, ``replay_blocks``, ``stop`` have no place), so
-the envelope itself is always kept beside the entry, verbatim. The 0002
-migration uses this module; changing a projection changes only what later
-adoptions show, never the kept envelopes.
+So every tool result in lovia's view follows its call. What has no place in
+an entry (``alt_text``, tool names, ``attributes``, ``replay_blocks``,
+``stop``) stays in the envelope, which is always kept beside the entries,
+verbatim. Migrations keep frozen copies of this module; changing it changes
+only what later writes show.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ __all__ = [
     "SYSTEM",
     "TOOL",
     "USER",
-    "entry_from_envelope",
+    "entries_from_envelope",
     "summary_from_envelope",
     "text_of",
 ]
@@ -100,27 +103,33 @@ def _input(role: str, content: Any) -> dict[str, Any]:
     return {"role": role, "content": _content(content), "type": "input"}
 
 
-def _assistant(data: Mapping[str, Any]) -> dict[str, Any]:
+def _assistant(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     text = _str(data.get("content"))
     calls = [c for c in data.get("tool_calls") or () if isinstance(c, Mapping)]
     reasoning = data.get("reasoning")
-    if text or not (calls or reasoning):
-        return {"content": text, "id": None, "type": "assistant_text"}
-    if calls:
-        first = calls[0]
-        return {
-            "call_id": _str(first.get("id")),
-            "name": _str(first.get("name")),
-            "arguments": _json_text(first.get("arguments") or {}),
+    entries: list[dict[str, Any]] = []
+    if reasoning:
+        entries.append(
+            {
+                "content": _str(reasoning),
+                "id": None,
+                "provider": None,
+                "metadata": {},
+                "type": "reasoning",
+            }
+        )
+    if text or not (calls or entries):
+        entries.append({"content": text, "id": None, "type": "assistant_text"})
+    entries.extend(
+        {
+            "call_id": _str(call.get("id")),
+            "name": _str(call.get("name")),
+            "arguments": _json_text(call.get("arguments") or {}),
             "type": "tool_call",
         }
-    return {
-        "content": _str(reasoning),
-        "id": None,
-        "provider": _optional_str(data.get("provider")),
-        "metadata": {},
-        "type": "reasoning",
-    }
+        for call in calls
+    )
+    return entries
 
 
 def _tool(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,23 +146,23 @@ def _tool(data: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def entry_from_envelope(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry (as lovia's JSON dict) that stands for one zett-agent message.
+def entries_from_envelope(envelope: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries (as lovia's JSON dicts) that stand for one zett-agent message, in order.
 
-    Never fails: an unknown kind or shape becomes a user input entry with
-    whatever text it has (its envelope, kept beside it, holds the rest).
+    Never fails and never empty: an unknown kind or shape becomes a user input
+    entry with whatever text it has (its envelope, kept beside it, holds the rest).
     """
     kind = envelope.get("kind")
     data = envelope.get("data")
     if not isinstance(data, Mapping):
-        return _input("user", data)
+        return [_input("user", data)]
     if kind == SYSTEM:
-        return _input("system", text_of(data.get("content")))
+        return [_input("system", text_of(data.get("content")))]
     if kind == ASSISTANT:
         return _assistant(data)
     if kind == TOOL:
-        return _tool(data)
-    return _input("user", data.get("content"))
+        return [_tool(data)]
+    return [_input("user", data.get("content"))]
 
 
 def summary_from_envelope(envelope: Mapping[str, Any]) -> str:

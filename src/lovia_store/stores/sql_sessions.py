@@ -41,13 +41,16 @@ from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.text_sql import byte_length, has_substring, utf8_bytes, utf8_bytes_every_row
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
+    MULTIPLE_ENTRIES,
     ToolResultEntry,
     TranscriptEntry,
     call_id_of,
     entries_from_json_rows,
     entry_to_json,
+    expand_documents,
 )
 from .checkpoint_models import Checkpointer
+from .entry_rows import drop_dangling_in_rows, entry_cut, rewrite_row
 from .segments import (
     TRIM_SENTINEL,
     Segment,
@@ -316,7 +319,8 @@ class SQLSession(SQLStore):
         def work(conn: Connection) -> Sequence[str | bytes]:
             return conn.execute(_LOAD, {"sid": session_id}).scalars().all()
 
-        return await self.database.read(work, single_statement=True)
+        # One document per entry: a row holding several (a zett message) is split.
+        return expand_documents(await self.database.read(work, single_statement=True))
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
@@ -485,7 +489,8 @@ def _build_segments(
 ) -> list[tuple[str, list[E], dict[str, Any] | None]]:
     # Rows unpack as tuples: (request_id, run_id, entry_json) and
     # (run_id, first_sequence, entry_count, meta_json), in the statements' order.
-    entries = decode([document for _, _, document in rows])
+    # Decoded a segment at a time: a row may hold several entries (a zett message).
+    documents = [document for _, _, document in rows]
     metas = {run_id: meta_json for run_id, _, _, meta_json in runs}
     # Runs with no entries have no rows to carry them; they sit before the
     # message that followed them.
@@ -499,7 +504,8 @@ def _build_segments(
         if key is not None and end > start:
             run_id, request_id = key
             meta = load_object(metas.get(run_id)) if run_id is not None else None
-            out.append((run_id or request_id, entries[start:end], meta))
+            entries = decode(expand_documents(documents[start:end]))
+            out.append((run_id or request_id, entries, meta))
 
     for index, (request_id, run_id, _) in enumerate(rows):
         while emitted < len(empty) and empty[emitted][0] <= index + 1:
@@ -615,29 +621,61 @@ _RESET_SNAPSHOT_VERSION = Prepared(
 
 def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
-    ids of the runs the cut truncated or deleted."""
-    cut_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_entries}).first()
-    if cut_row is None:
+    ids of the runs the cut truncated or deleted.
+
+    Rows are entries, except the rare row that holds several (a zett-agent
+    message, ``entry_rows``): where a session has any, the cut is found by
+    counting entries, a row it lands inside keeps its prefix, and dangling
+    calls inside such rows go too.
+    """
+    plan = entry_cut(conn, session_id, keep_entries)
+    keep_rows = keep_entries if plan is None else plan.keep_rows
+    changed: list[int] = []  # sequences of multi-entry rows shortened
+    cut_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_rows}).first()
+    if plan is not None and plan.split is not None:
+        # The first entry removed is inside a row: that row's segment is the cut one.
+        split_sequence, split_kept = plan.split
+        split_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_rows - 1}).one()
+        rewrite_row(conn, session_id, split_sequence, split_kept)
+        changed.append(split_sequence)
+        cut = split_sequence + 1 if cut_row is None else cut_row[0]
+        _, cut_run_id, cut_request_id = split_row
+        below = split_sequence + 1
+    elif cut_row is None:
         return 0, []
-    cut, cut_run_id, cut_request_id = cut_row
+    else:
+        cut, cut_run_id, cut_request_id = cut_row
+        below = cut
     at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
     kept_part: list[tuple[int, str, str | None]] = []  # (sequence, entry_type, call_id)
-    for sequence, run_id, request_id, entry_type, call_id in _rows_below(conn, session_id, cut):
+    for sequence, run_id, request_id, entry_type, call_id in _rows_below(conn, session_id, below):
         if (run_id, request_id) != (cut_run_id, cut_request_id):
             break
         kept_part.append((sequence, entry_type, call_id))
-    answered = {call_id for _, entry_type, call_id in kept_part if entry_type == "tool_result"}
+    answered = {
+        call_id
+        for _, entry_type, call_id in kept_part
+        if entry_type == "tool_result" and call_id is not None
+    }
     dangling = [
         sequence
         for sequence, entry_type, call_id in kept_part
         if entry_type == "tool_call" and call_id not in answered
     ]
-    removed = int(_DELETE_TAIL.execute(conn, at_cut).rowcount)
+    rows_removed = int(_DELETE_TAIL.execute(conn, at_cut).rowcount)
+    removed = rows_removed if plan is None else plan.dropped
     if dangling:
         _DELETE_ONE.execute(conn, {"sid": session_id}, [{"seq": seq} for seq in dangling])
         removed += len(dangling)
+        rows_removed += len(dangling)
+    multiple = [seq for seq, entry_type, _ in kept_part if entry_type == MULTIPLE_ENTRIES]
+    if multiple:
+        dropped, emptied, shortened = drop_dangling_in_rows(conn, session_id, multiple, answered)
+        removed += dropped
+        rows_removed += emptied
+        changed += shortened
     touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, at_cut).all()]
     if cut_run_id is not None and cut_run_id not in touched:
         touched.append(cut_run_id)
@@ -646,11 +684,12 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         remaining = len(kept_part) - len(dangling)
         cut_run = {"sid": session_id, "cut_run_id": cut_run_id, "remaining": remaining}
         (_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN).execute(conn, cut_run)
-    lowest_removed = min([cut, *dangling])
+    lowest_removed = min([cut, *dangling, *changed])
     covering = {"sid": session_id, "lowest": lowest_removed}
     if _DELETE_COVERING_SNAPSHOTS.execute(conn, covering).rowcount:
         _RESET_SNAPSHOT_VERSION.execute(conn, {"sid": session_id})
-    _REWOUND_SESSION.execute(conn, {"sid": session_id, "removed": removed, "now": utcnow()})
+    rewound = {"sid": session_id, "removed": rows_removed, "now": utcnow()}
+    _REWOUND_SESSION.execute(conn, rewound)
     return removed, touched
 
 

@@ -47,19 +47,18 @@ from ...entries import (
     TextPart,
     ToolCallEntry,
     TranscriptEntry,
-    call_id_of,
     entry_from_dict,
-    entry_to_json,
 )
 from ...errors import StoredValueError, UserError
-from ...storage.appends import Projection
-from ...storage.zett_envelopes import entry_from_envelope, text_of
+from ...storage.appends import Projection, projection_of
+from ...storage.zett_envelopes import entries_from_envelope, text_of
 
 __all__ = [
     "MESSAGE_CLASSES",
     "decode_compacted",
     "decode_envelopes",
     "encode_envelope",
+    "message_from_entries",
     "message_from_entry",
     "project",
 ]
@@ -100,9 +99,9 @@ def encode_compacted(message: object) -> str:
 
 
 def project(envelope: str) -> Projection:
-    """The stored projection (entry type, call id, entry JSON) of one envelope."""
-    entry = entry_from_dict(entry_from_envelope(orjson.loads(envelope)))
-    return Projection(entry.type, call_id_of(entry), entry_to_json(entry))
+    """The stored projection of one envelope: the entries lovia's view shows for it."""
+    entries = [entry_from_dict(e) for e in entries_from_envelope(orjson.loads(envelope))]
+    return projection_of(entries)
 
 
 def summary_text(message: CompactedMessage) -> str:
@@ -151,6 +150,20 @@ def decode_compacted(envelope: str, row: dict[str, object]) -> CompactedMessage:
 
 
 # -- lovia's entries as zett messages (rows written by lovia's API) ------------
+
+
+def message_from_entries(
+    entries: Sequence[TranscriptEntry], call_names: Mapping[str, str]
+) -> AnyMessage:
+    """The zett message for a row's entries: one entry's own, or (a model turn held
+    in one row) one assistant message with its reasoning, text and calls."""
+    if len(entries) == 1:
+        return message_from_entry(entries[0], call_names)
+    return AssistantMessage(
+        content="".join(e.content for e in entries if isinstance(e, AssistantTextEntry)),
+        reasoning="".join(e.content for e in entries if isinstance(e, ReasoningEntry)) or None,
+        tool_calls=tuple(_tool_call(e) for e in entries if isinstance(e, ToolCallEntry)),
+    )
 
 
 def message_from_entry(entry: TranscriptEntry, call_names: Mapping[str, str]) -> AnyMessage:

@@ -22,12 +22,12 @@ from zett_agent.extensions.persistence import (
 )
 from zett_agent.json_types import json_object
 
-from ...entries import ToolCallEntry, entries_from_json_rows
+from ...entries import ToolCallEntry, entries_from_json_rows, expand_documents
 from ...errors import StoredValueError
 from ...storage.ids import record_id
 from ...storage.models import TIMING_FIELDS, USAGE_FIELDS
 from ...storage.records import stored_object
-from .codec import decode_compacted, decode_envelopes, message_from_entry
+from .codec import decode_compacted, decode_envelopes, message_from_entries
 
 __all__ = ["records_from_rows", "snapshot_from_row", "summary_from_row", "view_from"]
 
@@ -69,10 +69,14 @@ def _messages(rows: Sequence[Any]) -> list[Any]:
         out[i] = message
     if len(enveloped) < len(rows):
         plain = [i for i, row in enumerate(rows) if row[_ENVELOPE] is None]
-        entries = entries_from_json_rows([rows[i][5] for i in plain])
-        names = {e.call_id: e.name for e in entries if isinstance(e, ToolCallEntry)}
-        for i, entry in zip(plain, entries, strict=True):
-            out[i] = message_from_entry(entry, names)
+        documents = [rows[i][5] for i in plain]
+        if len(expand_documents(documents)) == len(documents):  # one entry per row
+            per_row = [[entry] for entry in entries_from_json_rows(documents)]
+        else:  # a row a rewind shortened still holds several (and lost its envelope)
+            per_row = [entries_from_json_rows([document]) for document in documents]
+        names = {e.call_id: e.name for es in per_row for e in es if isinstance(e, ToolCallEntry)}
+        for i, entries in zip(plain, per_row, strict=True):
+            out[i] = message_from_entries(entries, names)
     return out
 
 

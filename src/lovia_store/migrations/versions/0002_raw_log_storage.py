@@ -12,7 +12,8 @@ so the database is either fully adopted or untouched. Nothing is dropped on
 the way: ids, sequences, request ids, metadata and tags (their JSON text
 verbatim), timing, usage and timestamps get columns of their own, and each
 message keeps its zett envelope verbatim in ``envelope_json`` beside the
-transcript entry it is shown as (``lovia_store.storage.zett_envelopes``).
+transcript entry it is shown as (the projection below, frozen here as it was
+when this revision was written; 0006 recomputes it for assistant messages).
 
 It also gives a lovia 0.9 file's ``lovia_schema`` table, which 0001 keeps,
 the column definition our tables declare (``store VARCHAR(64) NOT NULL``).
@@ -29,7 +30,6 @@ import sqlalchemy as sa
 from alembic import op
 
 from lovia_store.db.types import UTCDateTime
-from lovia_store.storage.zett_envelopes import entry_from_envelope, summary_from_envelope
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -111,6 +111,119 @@ _snapshots = sa.table(
     sa.column("created_at", UTCDateTime()),
     sa.column("updated_at", UTCDateTime()),
 )
+
+
+# -- zett's envelopes as transcript entries, frozen (pure data, stdlib only) -----------
+# {"kind": K, "data": asdict(message)}; kinds 1 system, 2 user, 3 assistant, 4 tool,
+# 5 checkpoint, 6 agent; bytes as {"__kcs_bytes__": base64}. One entry per message.
+
+_SYSTEM, _ASSISTANT, _TOOL = 1, 3, 4
+_BYTES = "__kcs_bytes__"
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _str(value: Any, default: str = "") -> str:
+    if value is None:
+        return default
+    return value if isinstance(value, str) else _json_text(value)
+
+
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and "text" in part and "source" not in part
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_str(part["text"]) for part in content if _is_text_part(part))
+    return _str(content)
+
+
+def _part(part: Any) -> dict[str, Any]:
+    if _is_text_part(part):
+        return {"text": _str(part["text"]), "type": "text"}
+    source = part.get("source") if isinstance(part, dict) else None
+    if isinstance(source, dict):
+        data = source.get("data")
+        if isinstance(data, dict):
+            data = data.get(_BYTES)
+        return {
+            "url": _optional_str(source.get("url")),
+            "data": _optional_str(data),
+            "mime_type": _optional_str(source.get("media_type")),
+            "detail": _optional_str(part.get("detail")),
+            "type": "image",
+        }
+    return {"text": _json_text(part), "type": "text"}
+
+
+def _input(role: str, content: Any) -> dict[str, Any]:
+    shown = [_part(p) for p in content] if isinstance(content, list) else _str(content)
+    return {"role": role, "content": shown, "type": "input"}
+
+
+def _assistant(data: dict[str, Any]) -> dict[str, Any]:
+    text = _str(data.get("content"))
+    calls = [c for c in data.get("tool_calls") or () if isinstance(c, dict)]
+    reasoning = data.get("reasoning")
+    if text or not (calls or reasoning):
+        return {"content": text, "id": None, "type": "assistant_text"}
+    if calls:
+        first = calls[0]
+        return {
+            "call_id": _str(first.get("id")),
+            "name": _str(first.get("name")),
+            "arguments": _json_text(first.get("arguments") or {}),
+            "type": "tool_call",
+        }
+    return {
+        "content": _str(reasoning),
+        "id": None,
+        "provider": _optional_str(data.get("provider")),
+        "metadata": {},
+        "type": "reasoning",
+    }
+
+
+def _tool(data: dict[str, Any]) -> dict[str, Any]:
+    content = data.get("content")
+    entry: dict[str, Any] = {
+        "call_id": _str(data.get("tool_call_id")),
+        "output": _text_of(content),
+        "raw": None,
+        "is_error": data.get("success", True) is False,
+        "type": "tool_result",
+    }
+    if isinstance(content, list):
+        entry["parts"] = [_part(part) for part in content]
+    return entry
+
+
+def entry_from_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The one entry that stands for a zett message; never fails."""
+    kind, data = envelope.get("kind"), envelope.get("data")
+    if not isinstance(data, dict):
+        return _input("user", data)
+    if kind == _SYSTEM:
+        return _input("system", _text_of(data.get("content")))
+    if kind == _ASSISTANT:
+        return _assistant(data)
+    if kind == _TOOL:
+        return _tool(data)
+    return _input("user", data.get("content"))
+
+
+def summary_from_envelope(envelope: dict[str, Any]) -> str:
+    data = envelope.get("data")
+    return _text_of(data.get("content")) if isinstance(data, dict) else _str(data)
 
 
 def _utc(value: datetime | None) -> datetime | None:
