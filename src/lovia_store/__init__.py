@@ -1,5 +1,6 @@
 """lovia-store: durable conversation history and run checkpoints for LLM agents."""
 
+from ._version import __version__ as __version__
 from .db.database import Database
 from .entries import (
     AssistantTextEntry,

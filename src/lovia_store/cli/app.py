@@ -1,225 +1,159 @@
-"""The ``lovia-store`` command line: schema upgrades and a readable look at sessions."""
+"""The ``lovia-store`` command group, and how its outcomes become exit codes.
+
+The exit codes are a contract (docs/cli.md): a deploy probe running
+``lovia-store check`` must tell "needs upgrade" (1) from "cannot connect" (3)
+and from "a newer lovia-store wrote it" (4).
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
+import signal
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import Connection, func, select
+import click
 
-from .db.database import Database
-from .db.tables import session_runs, sessions
-from .entries import (
-    AssistantTextEntry,
-    InputEntry,
-    ReasoningEntry,
-    ToolCallEntry,
-    ToolResultEntry,
-    TranscriptEntry,
+from .._version import __version__
+from ..errors import (
+    LoviaStoreError,
+    MissingDriverError,
+    SchemaNotCurrentError,
+    SchemaVersionError,
+    StoreBusyError,
+    StoreUnavailableError,
+    UserError,
 )
-from .errors import LoviaStoreError
-from .stores.sql_sessions import SQLSession
-from .upgrade import UpgradeReport, check, upgrade
+from .browse import sessions_command, show_command
+from .options import URL_HELP
+from .output import Output, ReaderGone
+from .schema_commands import check_command, upgrade_command
 
-__all__ = ["main"]
+__all__ = ["EXIT_CODES", "cli", "exit_code", "main"]
 
-DEFAULT_FILE = "lovia-store.sqlite3"
-
-
-def default_url() -> str:
-    return (
-        os.environ.get("LOVIA_STORE_URL") or f"sqlite+aiosqlite:///{os.path.abspath(DEFAULT_FILE)}"
-    )
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="lovia-store",
-        description="Durable conversation history and run checkpoints for LLM agents.",
-        epilog=(
-            "URL is a SQLAlchemy URL (sqlite+aiosqlite:///file, postgresql+asyncpg://..., "
-            "mysql+asyncmy://...) or a SQLite path. Without one, $LOVIA_STORE_URL is used, "
-            f"else the SQLite file ./{DEFAULT_FILE} in the working directory."
-        ),
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    upgrading = commands.add_parser(
-        "upgrade",
-        help="bring the database to the current schema (creates it if needed)",
-        description="Bring the database to the current schema (creates it if needed). A file "
-        "that lovia 0.9 or zett-agent wrote is converted, and a copy of it is kept first.",
-    )
-    upgrading.add_argument("url", nargs="?", help="database URL or SQLite path")
-    _schema_option(upgrading)
-    backup = upgrading.add_mutually_exclusive_group()
-    backup.add_argument(
-        "--backup-dir",
-        default=None,
-        help="folder for the copy kept before converting a lovia 0.9 or zett-agent file "
-        "(default: beside the file)",
-    )
-    backup.add_argument(
-        "--no-backup",
-        action="store_true",
-        help="convert without keeping a copy (you keep backups of your own); needed to convert "
-        "a server database, which cannot be copied from here",
-    )
-    for name, text in (
-        ("check", "exit 1 unless the database is at the current schema; never writes"),
-        ("sessions", "list sessions with their run and entry counts"),
-    ):
-        command = commands.add_parser(name, help=text, description=text)
-        command.add_argument("url", nargs="?", help="database URL or SQLite path")
-        _schema_option(command)
-    demo = commands.add_parser(
-        "demo", help="watch a run crash mid-way and resume from its checkpoint (the main job)"
-    )
-    demo.add_argument(
-        "url",
-        nargs="?",
-        help="a new SQLite file or a database URL to run it on (default: a temporary file, "
-        "removed at the end)",
-    )
-    demo.add_argument(
-        "--force",
-        action="store_true",
-        help="use a database that already exists: the demo adds a session and a run of its "
-        "own and changes nothing else",
-    )
-    show = commands.add_parser("show", help="print one session's transcript, run by run")
-    show.add_argument("session_id")
-    show.add_argument("url", nargs="?", help="database URL or SQLite path")
-    _schema_option(show)
-    return parser
+OK, NEEDS_UPGRADE, USAGE, UNREACHABLE, NEWER_SCHEMA, FAILED = range(6)
+EXIT_CODES = {
+    OK: "ok",
+    NEEDS_UPGRADE: "needs_upgrade",
+    USAGE: "usage",
+    UNREACHABLE: "unreachable",
+    NEWER_SCHEMA: "newer_schema",
+    FAILED: "failed",
+}
+READER_GONE = 128 + signal.SIGPIPE  # what a shell reports for a tool that SIGPIPE ended
+INTERRUPTED = 128 + signal.SIGINT
 
 
-def _schema_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--schema",
-        default=os.environ.get("LOVIA_STORE_SCHEMA") or None,
-        help="PostgreSQL schema that holds lovia-store's tables (default: $LOVIA_STORE_SCHEMA, "
-        "else the connection's default schema)",
-    )
+def exit_code(error: LoviaStoreError) -> int:
+    """The documented exit code for a failure (the order matters: subclasses first)."""
+    if isinstance(error, SchemaVersionError):
+        return NEWER_SCHEMA
+    if isinstance(error, SchemaNotCurrentError):
+        return NEEDS_UPGRADE
+    if isinstance(error, StoreUnavailableError | StoreBusyError | MissingDriverError):
+        return UNREACHABLE
+    if isinstance(error, UserError):
+        return USAGE
+    return FAILED
 
 
-async def _list_sessions(db: Database) -> list[Any]:
-    runs = (
-        select(func.count())
-        .where(session_runs.c.session_id == sessions.c.session_id)
-        .scalar_subquery()
-    )
-    query = select(
-        sessions.c.session_id, runs, sessions.c.message_count, sessions.c.updated_at
-    ).order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
-
-    def work(conn: Connection) -> list[Any]:
-        return list((conn.execute(query)).all())
-
-    return await db.read(work)
+def _error_document(error: LoviaStoreError, code: int) -> dict[str, object]:
+    document: dict[str, object] = {
+        "status": EXIT_CODES[code],
+        "error": type(error).__name__,
+        "message": str(error),
+    }
+    for name in ("database", "store", "found", "expected", "known", "retry_safe"):
+        if hasattr(error, name):
+            document[name] = getattr(error, name)
+    return document
 
 
-def _print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
-    cells = [list(map(str, headers)), *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for index, row in enumerate(cells):
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-        if index == 0:
-            print("  ".join("-" * width for width in widths))
+@click.group(
+    epilog=f"{URL_HELP}\n\n"
+    "\b\nExit codes:\n"
+    "  0  ok\n"
+    "  1  the database needs `lovia-store upgrade` (or `show` found no such session)\n"
+    "  2  usage: a wrong option, argument or URL\n"
+    "  3  the database cannot be reached, or is not a database\n"
+    "  4  a newer lovia-store wrote the database: upgrade lovia-store\n"
+    "  5  any other failure (the message says which)\n"
+    "\nDocumented in docs/cli.md.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(
+    __version__, "-V", "--version", prog_name="lovia-store", message="%(prog)s %(version)s"
+)
+def cli() -> None:
+    """Durable conversation history and run checkpoints for LLM agents."""
 
 
-def _clip(text: str, limit: int = 160) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+@cli.command("demo", short_help="Watch a run crash and resume from its checkpoint.")
+@click.argument("target", required=False)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Use a database that already exists: the demo adds a session and a run of its "
+    "own and changes nothing else.",
+)
+def demo_command(target: str | None, force: bool) -> int:
+    """Watch a run crash mid-way and resume from its checkpoint (the main job).
+
+    TARGET is a new SQLite file or a database URL to run it on (default: a
+    temporary file, removed at the end); an existing one only with --force.
+    """
+    from ..demo import main as demo
+
+    try:
+        return demo([*(["--force"] if force else []), *(["--", target] if target else [])])
+    except BrokenPipeError as exc:  # the demo prints as it goes, with print()
+        raise ReaderGone from exc
 
 
-def describe(entry: TranscriptEntry) -> str:
-    """One readable line for an entry."""
-    if isinstance(entry, InputEntry):
-        content = entry.content
-        if not isinstance(content, str):
-            content = " ".join(getattr(p, "text", None) or f"<{p.type}>" for p in content)
-        return f"{entry.role:>9}: {_clip(content)}"
-    if isinstance(entry, AssistantTextEntry):
-        return f"assistant: {_clip(entry.content)}"
-    if isinstance(entry, ReasoningEntry):
-        return f"reasoning: {_clip(entry.content)}"
-    if isinstance(entry, ToolCallEntry):
-        return f"     tool> {entry.name}({_clip(entry.arguments, 120)})  [{entry.call_id}]"
-    assert isinstance(entry, ToolResultEntry)
-    flag = " (error)" if entry.is_error else ""
-    return f"     tool< {_clip(entry.output)}{flag}  [{entry.call_id}]"
+for command in (upgrade_command, check_command, sessions_command, show_command):
+    cli.add_command(command)
 
 
-async def _show(db: Database, session_id: str) -> int:
-    store = SQLSession(db)
-    segments = await store.segments(session_id)
-    if not segments:
-        print(f"no session {session_id!r} in {db.url}")
-        return 1
-    for number, segment in enumerate(segments, start=1):
-        timing = (segment.meta or {}).get("timing")
-        took = ""
-        if isinstance(timing, dict) and {"started_at", "finished_at"} <= timing.keys():
-            took = f"  ({timing['finished_at'] - timing['started_at']:.2f}s)"
-        print(f"── run {number}: {segment.run_id}{took}")
-        for entry in segment.entries:
-            print("  " + describe(entry))
-    return 0
-
-
-def _print_upgrade(report: UpgradeReport) -> None:
-    if not report.changed:
-        print(f"{report.database}: schema is current (revision {report.to_revision}), no change")
-        return
-    start = report.from_revision or "none (no lovia-store schema yet)"
-    print(f"{report.database}: upgraded from revision {start} to {report.to_revision}")
-    for owner, tables in report.converted.items():
-        print(f"converted {owner}'s tables: {', '.join(tables)}")
-    if report.backup is not None:
-        print(f"the original file is kept at {report.backup}")
-
-
-async def _run(args: argparse.Namespace) -> int:
-    url = args.url or default_url()
-    if args.command == "upgrade":
-        legacy_backup = False if args.no_backup else (args.backup_dir or True)
-        _print_upgrade(await upgrade(url, schema=args.schema, legacy_backup=legacy_backup))
-        return 0
-    if args.command == "check":
-        await check(url, schema=args.schema)
-        print("schema is current")
-        return 0
-    # Looking is not migrating: an old database is reported, not converted.
-    async with Database(url, verify_only=True, schema=args.schema) as db:
-        if args.command == "sessions":
-            rows = await _list_sessions(db)
-            if not rows:
-                print(f"no sessions in {db.url}")
-                return 0
-            _print_table(
-                [(r[0], r[1], r[2], f"{r[3]:%Y-%m-%d %H:%M:%S}") for r in rows],
-                ("session", "runs", "entries", "last activity (UTC)"),
-            )
-            return 0
-        return await _show(db, args.session_id)
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (an in-process test's capture)
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run ``lovia-store ARGV`` and return its exit code (the console script's entry)."""
+    output = Output()
     try:
-        if args.command == "demo":
-            from .demo import main as demo
-
-            return demo([*([args.url] if args.url else []), *(["--force"] if args.force else [])])
-        return asyncio.run(_run(args))
+        result = cli.main(
+            args=None if argv is None else list(argv),
+            prog_name="lovia-store",
+            standalone_mode=False,
+            obj=output,
+        )
+    except click.ClickException as exc:  # a wrong option or argument: usage, on stderr
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        output.note("lovia-store: interrupted")
+        return INTERRUPTED
+    except ReaderGone:  # `lovia-store sessions | head`: the reader has what it wanted
+        _quiet_stdout()
+        return READER_GONE
     except LoviaStoreError as exc:
-        print(f"lovia-store: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        code = exit_code(exc)
+        output.note(f"lovia-store: {exc}")
+        if output.json_mode:
+            try:
+                output.json(_error_document(exc, code))
+            except ReaderGone:
+                _quiet_stdout()
+        return code
+    except Exception:  # a bug: show where, but never exit 1, which means "needs upgrade"
+        output.note("lovia-store: unexpected error (a bug in lovia-store):")
+        traceback.print_exc()
+        return FAILED
+    return result if isinstance(result, int) else OK

@@ -1,0 +1,96 @@
+"""Arguments and options several commands share, and where a database is by default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = [
+    "DEFAULT_FILE",
+    "MAX_COUNT",
+    "URL_HELP",
+    "default_url",
+    "json_option",
+    "paging_options",
+    "schema_option",
+    "shown",
+    "url_argument",
+]
+
+DEFAULT_FILE = "lovia-store.sqlite3"
+URL_HELP = (
+    "URL is a SQLAlchemy URL (sqlite+aiosqlite:///file, postgresql+asyncpg://..., "
+    "mysql+asyncmy://...) or a SQLite path. Without one, $LOVIA_STORE_URL is used, "
+    f"else the SQLite file ./{DEFAULT_FILE} in the working directory."
+)
+# Every backend binds LIMIT/OFFSET as an integer; past this no listing is real anyway.
+MAX_COUNT = 2**31 - 1
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def default_url() -> str:
+    return (
+        os.environ.get("LOVIA_STORE_URL") or f"sqlite+aiosqlite:///{os.path.abspath(DEFAULT_FILE)}"
+    )
+
+
+def shown(target: str) -> str:
+    """``target`` as it may be printed: a URL without its password."""
+    if "://" not in target:
+        return target
+    try:
+        return make_url(target).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # unparsable: the command itself says so, typed
+        return "the database"
+
+
+def url_argument(command: Command) -> Command:
+    return click.argument("url", required=False)(command)
+
+
+def schema_option(command: Command) -> Command:
+    return click.option(
+        "--schema",
+        envvar="LOVIA_STORE_SCHEMA",
+        show_envvar=True,
+        default=None,
+        help="PostgreSQL schema that holds lovia-store's tables (default: the "
+        "connection's default schema).",
+    )(command)
+
+
+def json_option(command: Command) -> Command:
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print one JSON document on stdout instead of text (errors too).",
+    )(command)
+
+
+def paging_options(what: str, default_limit: int) -> Callable[[Command], Command]:
+    """``--limit`` and ``--offset`` over ``what``, in the listing's order."""
+
+    def decorate(command: Command) -> Command:
+        command = click.option(
+            "--offset",
+            type=click.IntRange(0, MAX_COUNT),
+            default=0,
+            show_default=True,
+            help=f"Skip this many {what} first.",
+        )(command)
+        return click.option(
+            "--limit",
+            type=click.IntRange(0, MAX_COUNT),
+            default=default_limit,
+            help=f"Print at most this many {what}; 0 prints them all "
+            f"(default: {default_limit or 'all'}).",
+        )(command)
+
+    return decorate

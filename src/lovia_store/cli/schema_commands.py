@@ -1,0 +1,117 @@
+"""``upgrade`` and ``check``: bring a database to the current schema, or only ask."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from ..db.database import Database
+from ..db.schema import head_revision
+from ..upgrade import UpgradeReport, check, upgrade
+from .options import URL_HELP, default_url, json_option, schema_option, shown, url_argument
+from .output import Output, printable
+
+__all__ = ["check_command", "upgrade_command"]
+
+
+def report_document(report: UpgradeReport) -> dict[str, object]:
+    return {
+        "status": "ok",
+        "database": report.database,
+        "changed": report.changed,
+        "from_revision": report.from_revision,
+        "to_revision": report.to_revision,
+        "converted": report.converted,
+        "backup": None if report.backup is None else str(report.backup),
+    }
+
+
+def report_lines(report: UpgradeReport) -> list[str]:
+    """What the upgrade did: the revisions it went between, what it converted, the copy kept."""
+    database = printable(report.database)
+    if not report.changed:
+        return [f"{database}: schema is current (revision {report.to_revision}), no change"]
+    start = report.from_revision or "none (no lovia-store schema yet)"
+    lines = [f"{database}: upgraded from revision {start} to {report.to_revision}"]
+    lines += [
+        f"converted {owner}'s tables: {', '.join(t)}" for owner, t in report.converted.items()
+    ]
+    if report.backup is not None:
+        lines.append(f"the original file is kept at {printable(str(report.backup))}")
+    return lines
+
+
+@click.command("upgrade", short_help="Bring a database to the current schema.", epilog=URL_HELP)
+@url_argument
+@schema_option
+@click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for the copy kept before converting a lovia 0.9 or zett-agent file "
+    "(default: beside the file).",
+)
+@click.option(
+    "--no-backup",
+    is_flag=True,
+    help="Convert without keeping a copy (you keep backups of your own); needed to "
+    "convert a server database, which cannot be copied from here.",
+)
+@json_option
+@click.pass_obj
+def upgrade_command(
+    output: Output,
+    url: str | None,
+    schema: str | None,
+    backup_dir: str | None,
+    no_backup: bool,
+    as_json: bool,
+) -> int:
+    """Bring the database at URL to the current schema, creating it if needed.
+
+    A file that lovia 0.9 or zett-agent wrote is converted, and a copy of it is
+    kept first. Prints what it did: the revisions it went between, what it
+    converted, where the copy went.
+    """
+    output.json_mode = as_json
+    if backup_dir is not None and no_backup:
+        raise click.UsageError("--backup-dir and --no-backup exclude each other")
+    target = url or default_url()
+    legacy_backup: bool | str = False if no_backup else (backup_dir or True)
+    with output.progress(f"upgrading {shown(target)}"):
+        report = asyncio.run(upgrade(target, schema=schema, legacy_backup=legacy_backup))
+    if as_json:
+        output.json(report_document(report))
+    else:
+        for line in report_lines(report):
+            output.print(line)
+    return 0
+
+
+@click.command(
+    "check", short_help="Exit 0 if a database is current; never writes.", epilog=URL_HELP
+)
+@url_argument
+@schema_option
+@json_option
+@click.pass_obj
+def check_command(output: Output, url: str | None, schema: str | None, as_json: bool) -> int:
+    """Exit 0 if the database at URL is at the current schema, else say why; never writes.
+
+    For a readiness probe: 1 means it needs `lovia-store upgrade`, 3 that it cannot
+    be reached (or is not a database), 4 that a newer lovia-store wrote it.
+    """
+    output.json_mode = as_json
+
+    async def verify() -> str:
+        async with Database(url or default_url(), verify_only=True, schema=schema) as db:
+            await check(db)
+            return db.url
+
+    database = asyncio.run(verify())
+    if as_json:
+        output.json({"status": "current", "database": database, "revision": head_revision()})
+    else:
+        output.print("schema is current")
+    return 0
