@@ -9,11 +9,14 @@ is not the repository.
 
 from __future__ import annotations
 
+import email.parser
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +75,9 @@ def _check(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """Build the wheel and install it (with dependencies from the index) once per module."""
-    root = tmp_path_factory.mktemp("wheel")
-    dist = root / "dist"
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once per module from the working tree."""
+    dist = tmp_path_factory.mktemp("dist")
     _check(
         subprocess.run(
             [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
@@ -85,11 +87,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
             timeout=600,
         )
     )
-    (wheel,) = dist.glob("lovia_store-*.whl")
+    (built,) = dist.glob("lovia_store-*.whl")
+    return built
+
+
+def install(root: Path, wheel: Path, *, interpreter: str = sys.executable) -> Installed:
+    """A fresh venv of ``interpreter`` with ``wheel`` (and its dependencies) from the index."""
     venv = root / "venv"
     _check(
         subprocess.run(
-            [sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300
+            [interpreter, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300
         )
     )
     workdir = root / "elsewhere"
@@ -97,6 +104,41 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     target = Installed(venv, wheel, workdir)
     _check(target.run(target.python, "-m", "pip", "install", "--quiet", wheel, timeout=900))
     return target
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Installed:
+    """The wheel installed bare, as ``pip install lovia-store`` does: no extras."""
+    return install(tmp_path_factory.mktemp("bare"), wheel)
+
+
+@pytest.fixture(scope="module")
+def bare_distributions(installed: Installed) -> set[str]:
+    """What the bare install holds, read before any test adds an extra to it."""
+    return distributions(installed)
+
+
+@pytest.fixture(scope="module")
+def with_postgres(installed: Installed, bare_distributions: set[str]) -> Installed:
+    """The same venv after ``pip install 'lovia-store[postgres]'``, as a PostgreSQL service
+    installs it (one venv per module keeps this file's runtime down; the tests of the bare
+    install come first in the file and fail loudly if a driver is already there)."""
+    requirement = f"{installed.wheel}[postgres]"
+    _check(installed.run(installed.python, "-m", "pip", "install", "--quiet", requirement))
+    return installed
+
+
+def distributions(target: Installed) -> set[str]:
+    """The distributions installed in ``target``'s venv, by normalized name."""
+    listed = target.python_json(
+        """
+        import json
+        from importlib.metadata import distributions
+        print(json.dumps(sorted({d.metadata["Name"] for d in distributions()})))
+        """
+    )
+    assert isinstance(listed, list)
+    return {re.sub(r"[-_.]+", "-", str(name)).lower() for name in listed}
 
 
 def test_imports_from_site_packages_with_migrations(installed: Installed) -> None:
@@ -186,10 +228,86 @@ def test_append_and_read_back_from_code(installed: Installed) -> None:
     ]
 
 
-@pytest.mark.postgres
-def test_upgrade_from_code_on_postgres(installed: Installed, pg_url: str) -> None:
-    """``lovia_store.upgrade(url)`` on a fresh PostgreSQL database, then ``check`` passes."""
+# -- the core install and the drivers' extras ---------------------------------------------------
+
+CORE = {"sqlalchemy", "greenlet", "alembic", "pydantic", "aiosqlite", "orjson", "click", "rich"}
+DRIVERS = {"asyncpg", "psycopg", "psycopg-binary", "asyncmy"}
+
+
+def test_the_bare_install_carries_no_server_driver(
+    installed: Installed, bare_distributions: set[str], wheel: Path
+) -> None:
+    """``pip install lovia-store``: what SQLite needs and no server driver; each driver is
+    an extra."""
+    assert CORE | {"lovia-store"} <= bare_distributions
+    assert not bare_distributions & DRIVERS, bare_distributions & DRIVERS
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(name).decode())
+    requires = metadata.get_all("Requires-Dist") or []
+    for driver, extra in (
+        ("asyncpg", "postgres"),
+        ("psycopg[binary]", "psycopg"),
+        ("asyncmy", "mysql"),
+    ):
+        assert any(
+            r.startswith(driver) and f"extra == '{extra}'" in r.replace('"', "'") for r in requires
+        ), (driver, requires)
+        assert not any(r.startswith(driver) and "extra ==" not in r for r in requires), driver
+    assert set(metadata.get_all("Provides-Extra") or []) >= {"postgres", "psycopg", "mysql"}
+
+
+def test_the_bare_install_runs_the_demo(installed: Installed) -> None:
+    """The README's first command, on the core install alone."""
+    done = _check(installed.run(installed.script, "demo", timeout=180))
+    assert "replayed=True, model calls=0, same output: True" in done.stdout
+
+
+def test_a_server_url_without_its_driver_names_the_extra(installed: Installed) -> None:
+    """The bare install refuses a server URL with ``MissingDriverError`` naming our extra."""
+    urls = {
+        "postgresql://u@127.0.0.1:1/db": "postgres",
+        "postgresql+asyncpg://u@127.0.0.1:1/db": "postgres",
+        "postgresql+psycopg://u@127.0.0.1:1/db": "psycopg",
+        "mysql://u@127.0.0.1:1/db": "mysql",
+    }
     found = installed.python_json(
+        """
+        import asyncio, json, sys
+        from lovia_store import Database, MissingDriverError, SQLSession
+
+        async def attempt(url):
+            try:
+                async with SQLSession(url) as store:
+                    await store.load("s")
+            except MissingDriverError as exc:
+                return [type(exc).__name__, isinstance(exc, ImportError), str(exc)]
+            return ["no error"]
+
+        print(json.dumps([asyncio.run(attempt(url)) for url in sys.argv[1:]]))
+        """,
+        *urls,
+    )
+    assert isinstance(found, list)
+    for (url, extra), (kind, is_import_error, message) in zip(urls.items(), found, strict=True):
+        assert (kind, is_import_error) == ("MissingDriverError", True), url
+        assert f"pip install 'lovia-store[{extra}]'" in message, (url, message)
+    refused = installed.run(installed.script, "check", "postgresql://u@127.0.0.1:1/db")
+    assert refused.returncode == 3
+    assert "pip install 'lovia-store[postgres]'" in refused.stderr
+
+
+# -- last: these add the [postgres] extra to the module's venv ----------------------------------
+
+
+@pytest.mark.postgres
+def test_upgrade_from_code_on_postgres(
+    with_postgres: Installed, bare_distributions: set[str], pg_url: str
+) -> None:
+    """With ``[postgres]``, which adds asyncpg and nothing else: ``lovia_store.upgrade(url)``
+    on a fresh PostgreSQL database, then ``check`` passes."""
+    assert distributions(with_postgres) - bare_distributions == {"asyncpg"}
+    found = with_postgres.python_json(
         """
         import asyncio, json, sys
         import lovia_store
@@ -211,4 +329,4 @@ def test_upgrade_from_code_on_postgres(installed: Installed, pg_url: str) -> Non
         pg_url,
     )
     assert found == "not current"
-    _check(installed.run(installed.script, "check", pg_url))
+    _check(with_postgres.run(with_postgres.script, "check", pg_url))

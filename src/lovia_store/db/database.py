@@ -27,7 +27,12 @@ _DRIVERS = {
     "mysql": "asyncmy",
     "mariadb": "asyncmy",
 }
-_EXTRAS = {"psycopg": "psycopg", "aiomysql": "aiomysql"}
+# Each server driver is an extra of ours (pyproject.toml); another driver is its own package.
+_EXTRAS = {
+    "asyncpg": "'lovia-store[postgres]'",
+    "psycopg": "'lovia-store[psycopg]'",
+    "asyncmy": "'lovia-store[mysql]'",
+}
 
 
 def _to_url(target: str | os.PathLike[str]) -> URL:
