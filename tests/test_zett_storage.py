@@ -450,3 +450,12 @@ def test_without_zett_agent_the_import_says_which_extra_to_install() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'lovia-store[zett]'" in out.stdout
+
+
+async def test_a_page_at_an_offset_of_an_unknown_session_is_empty(tmp_path: Path) -> None:
+    """The one-statement offset page read OFFSET NULL for a session with no row, which
+    SQLite refuses ("datatype mismatch"); found by the differential test."""
+    path = tmp_path / "s.sqlite3"
+    async with SQLiteSessionStorage(path) as storage, CoreStorage(path) as core:
+        assert await storage.list_raw_messages("nobody", offset=1) == []
+        assert await core.list_raw_messages("nobody", limit=1, offset=2) == []

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, select
+from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, func, select
 
 from ..db.tables import messages, sessions, snapshots
 from .models import SessionView
@@ -75,7 +75,8 @@ _OFFSET_PAGE = (
     )
     .order_by(m.sequence)
     .limit(_LIMIT)
-    .offset(_by_density(0, _SKIP))
+    # An unknown session has no row to say: no offset then (SQLite refuses OFFSET NULL).
+    .offset(func.coalesce(_by_density(0, _SKIP), 0))
 )
 """A page at an offset in one statement: the density check is a subquery."""
 _HEAD = select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
