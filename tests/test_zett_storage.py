@@ -459,3 +459,23 @@ async def test_a_page_at_an_offset_of_an_unknown_session_is_empty(tmp_path: Path
     async with SQLiteSessionStorage(path) as storage, CoreStorage(path) as core:
         assert await storage.list_raw_messages("nobody", offset=1) == []
         assert await core.list_raw_messages("nobody", limit=1, offset=2) == []
+
+
+async def test_a_rewind_inside_the_last_message_keeps_its_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    async with SQLiteSessionStorage(path) as storage:
+        await storage.append("s", "r", UserMessage(content="q"))
+        await storage.append(
+            "s",
+            "r",
+            AssistantMessage(content="", reasoning="hm", tool_calls=(ToolCall("a", "f"),)),
+        )
+    async with SQLiteSession(path) as session:
+        assert [e.type for e in await session.load("s")] == ["input", "reasoning", "tool_call"]
+        assert await session.rewind("s", keep_entries=2) == 1  # the call, dangling
+        assert [e.type for e in await session.load("s")] == ["input", "reasoning"]
+        assert await session.rewind("s", keep_entries=5) == 0
+    async with SQLiteSessionStorage(path) as storage:
+        records = await storage.list_raw_messages("s")
+        assert records[1].message == AssistantMessage(reasoning="hm")
+        assert await storage.count_messages("s") == 2
