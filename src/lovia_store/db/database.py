@@ -8,51 +8,29 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import LoviaStoreError, MissingDriverError, UserError
+from .errors import worth_retrying
 from .runners import AsyncRunner, Runner, Work, make_async_engine
 from .sqlite_runner import ThreadRunner
+from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
 
 __all__ = ["Database", "Work", "as_database"]
 
 T = TypeVar("T")
 
 _RETRIES = 6
-_DRIVERS = {
-    "sqlite": "aiosqlite",
-    "postgresql": "asyncpg",
-    "mysql": "asyncmy",
-    "mariadb": "asyncmy",
-}
+# SQLite takes its busy timeout as a C int of milliseconds.
+_MAX_BUSY_TIMEOUT = 2**31 // 1000 - 1
 # Each server driver is an extra of ours (pyproject.toml); another driver is its own package.
 _EXTRAS = {
     "asyncpg": "'lovia-store[postgres]'",
     "psycopg": "'lovia-store[psycopg]'",
     "asyncmy": "'lovia-store[mysql]'",
 }
-
-
-def _to_url(target: str | os.PathLike[str]) -> URL:
-    text = os.fspath(target)
-    if text == ":memory:":
-        return make_url("sqlite+aiosqlite:///:memory:")
-    if "://" not in text:
-        path = Path(text).expanduser().resolve()
-        return make_url(f"sqlite+aiosqlite:///{path}")
-    try:
-        url = make_url(text)
-    except ArgumentError as exc:
-        raise UserError(f"not a database URL: {text!r}") from exc
-    backend = url.get_backend_name()
-    if "+" not in url.drivername and backend in _DRIVERS:
-        # A plain ``postgresql://`` URL means "the async driver we ship with".
-        url = url.set(drivername=f"{backend}+{_DRIVERS[backend]}")
-    if backend in ("mysql", "mariadb") and "charset" not in url.query:
-        url = url.update_query_dict({"charset": "utf8mb4"})  # every emoji round-trips
-    return url
 
 
 class Database:
@@ -95,6 +73,12 @@ class Database:
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise UserError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise UserError(f"busy_timeout is a number of seconds, not {busy_timeout!r}")
+        if not 0 <= busy_timeout <= _MAX_BUSY_TIMEOUT:
+            raise UserError(
+                f"busy_timeout is between 0 and {_MAX_BUSY_TIMEOUT:,} seconds, not {busy_timeout!r}"
+            )
         if not isinstance(legacy_backup, bool | str | os.PathLike):
             raise UserError(
                 f"legacy_backup is True, False or a folder, not {type(legacy_backup).__name__}"
@@ -114,18 +98,21 @@ class Database:
             placed = in_schema(target, schema)
             self._runner = AsyncRunner(placed, owned=False, recreate=lambda: placed)
         elif isinstance(target, str | os.PathLike):
-            url = _to_url(target)
+            url = to_url(target)
             _check_schema(schema, url.get_backend_name())
             sqlite = {"wal": wal, "synchronous": synchronous, "busy_timeout": busy_timeout}
-            self._runner = self._open(url, sqlite, echo, verify_only, engine_options, schema)
+            try:
+                self._runner = self._open(url, sqlite, echo, verify_only, engine_options, schema)
+            except (ArgumentError, TypeError) as exc:  # engine options SQLAlchemy refused
+                raise UserError(f"{display_url(url)}: {mask_secrets(str(exc))}") from exc
         else:
             raise UserError(
                 f"a Database target is a URL, a path or an AsyncEngine, not {type(target).__name__}"
             )
-        self.url = self._runner.url.render_as_string(hide_password=True)
+        self.url = display_url(self._runner.url)
         self.dialect = self._runner.dialect
         self.is_sqlite = self.dialect == "sqlite"
-        self._path = self._runner.url.database if self.is_sqlite else None
+        self._path = sqlite_file(self._runner.url) if self.is_sqlite else None
         self._schema_ready = False
         self._schema_checks: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
         self._closed = False
@@ -141,9 +128,9 @@ class Database:
     ) -> Runner:
         backend = url.get_backend_name()
         if backend == "sqlite":
-            on_disk = url.database not in (None, "", ":memory:")
-            if on_disk and not verify_only:  # a check must not leave folders behind
-                Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+            path = sqlite_file(url)
+            if path is not None:  # a check must not leave folders behind
+                prepare_sqlite_folder(path, create=not verify_only)
             return ThreadRunner(url, echo=echo, options=options, **sqlite)
         try:
             engine = in_schema(make_async_engine(url, echo=echo, options=options), schema)
@@ -192,7 +179,7 @@ class Database:
     @property
     def sqlite_path(self) -> Path | None:
         """The SQLite file this database is (None for a server or an in-memory database)."""
-        return None if self._path in (None, "", ":memory:") else Path(str(self._path))
+        return self._path
 
     def missing_file(self) -> bool:
         """A SQLite file that does not exist yet (a check must not create it)."""
@@ -248,7 +235,7 @@ class Database:
             try:
                 return await attempt()
             except LoviaStoreError as exc:
-                if not (getattr(exc, "retry_safe", False) and remaining):
+                if not (getattr(exc, "retry_safe", False) and remaining and worth_retrying(exc)):
                     raise
             await asyncio.sleep(delay)
             delay *= 2

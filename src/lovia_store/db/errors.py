@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError, IntegrityError
+import socket
+import ssl
 
-from ..errors import ConflictError, LoviaStoreError, StoreBusyError, StoreUnavailableError
+from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 
-__all__ = ["translate", "violated_constraint"]
+from ..errors import (
+    ConflictError,
+    LoviaStoreError,
+    StoreBusyError,
+    StoreUnavailableError,
+    UserError,
+)
+from .urls import mask_secrets
+
+__all__ = [
+    "connect_failure",
+    "lost_connection",
+    "translate",
+    "violated_constraint",
+    "worth_retrying",
+]
 
 # PostgreSQL SQLSTATEs that mean "lost a race, nothing applied":
 # serialization_failure, deadlock_detected, lock_not_available.
@@ -14,6 +30,12 @@ _PG_BUSY = {"40001", "40P01", "55P03"}
 # MySQL/MariaDB: lock wait timeout, deadlock, and "table definition has changed"
 # (a transaction whose snapshot predates a concurrent migration's DDL).
 _MYSQL_BUSY = {1205, 1213, 1412}
+# Refusals at connect that repeating within a second cannot change: PostgreSQL's
+# invalid authorization (class 28), unknown database; MySQL's access denied and
+# unknown database.
+_PG_REFUSED_CLASS = ("28", "3D")
+_MYSQL_REFUSED = {1044, 1045, 1049, 1698}
+_TIMEOUTS = {"ConnectionTimeout"}
 
 
 def _sqlstate(orig: BaseException | None) -> str | None:
@@ -42,15 +64,18 @@ def _mysql_code(orig: BaseException | None) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def translate(exc: DBAPIError, database: str, *, committing: bool) -> LoviaStoreError:
+def translate(
+    exc: DBAPIError, database: str, *, committing: bool, connecting: bool = False
+) -> LoviaStoreError:
     """The typed error for a driver error raised while talking to ``database``.
 
     ``committing`` says whether the failure came from COMMIT itself, after
     which the outcome is unknown on a server database; SQLite guarantees that
-    a busy COMMIT did not commit.
+    a busy COMMIT did not commit. ``connecting`` says it came while opening
+    the connection, before anything was sent: repeating the call is safe.
     """
     orig = exc.orig
-    text = str(orig) if orig is not None else str(exc)
+    text = mask_secrets(str(orig) if orig is not None else str(exc))
     if isinstance(exc, IntegrityError):
         return ConflictError(f"{database}: {text}")
     lowered = text.lower()
@@ -58,8 +83,72 @@ def translate(exc: DBAPIError, database: str, *, committing: bool) -> LoviaStore
         return StoreBusyError(f"{database}: {text}", retry_safe=True)
     if _sqlstate(orig) in _PG_BUSY or _mysql_code(orig) in _MYSQL_BUSY:
         return StoreBusyError(f"{database}: {text}", retry_safe=not committing)
+    if connecting and isinstance(exc, ProgrammingError) and _sqlstate(orig) is None:
+        # Said by the client before any server spoke: psycopg's "invalid connection option".
+        return UserError(f"{database}: the driver refused the URL's parameters: {text}")
+    if connecting:
+        return StoreUnavailableError(f"{database}: cannot connect: {text}", retry_safe=True)
     if exc.connection_invalidated:
         return StoreUnavailableError(
             f"{database}: connection lost: {text}", retry_safe=not committing
         )
     return StoreUnavailableError(f"{database}: {text}", retry_safe=False)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return mask_secrets(text if isinstance(exc, OSError) else f"{type(exc).__name__}: {text}")
+
+
+def connect_failure(exc: Exception, database: str) -> LoviaStoreError:
+    """The typed error for a connection that could not be opened and that the
+    driver did not raise as a DBAPI error (asyncpg raises the socket's own
+    ``OSError``, ``socket.gaierror`` or ``TimeoutError``, and ``TypeError`` for a
+    URL parameter it does not take). Nothing was sent, so repeating is safe."""
+    if isinstance(exc, TimeoutError):
+        return StoreUnavailableError(
+            f"{database}: cannot connect: timed out ({_reason(exc)})", retry_safe=True
+        )
+    if isinstance(exc, OSError):  # refused, unknown host, TLS refused or failed
+        return StoreUnavailableError(f"{database}: cannot connect: {_reason(exc)}", retry_safe=True)
+    return UserError(f"{database}: the driver refused the URL's parameters: {_reason(exc)}")
+
+
+def lost_connection(exc: OSError, database: str, *, committing: bool) -> StoreUnavailableError:
+    """A connection that failed mid-transaction with the socket's own error (asyncpg's
+    ``TimeoutError`` for ``command_timeout``, a reset): rolled back unless committing."""
+    what = "timed out" if isinstance(exc, TimeoutError) else f"connection lost: {_reason(exc)}"
+    return StoreUnavailableError(f"{database}: {what}", retry_safe=not committing)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in found:
+        found.append(current)
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return found
+
+
+def worth_retrying(error: LoviaStoreError) -> bool:
+    """Whether ``Database`` should repeat a retry-safe call by itself.
+
+    Not after a timeout (the wait was spent already) nor after a refusal that
+    stays a refusal a second later: a wrong password or database name, an
+    unknown host, a TLS failure. Those reach the caller at once.
+    """
+    for cause in _chain(error)[1:]:
+        # psycopg's own timeout class, by name: psycopg is an optional driver.
+        if isinstance(cause, TimeoutError | ssl.SSLError) or type(cause).__name__ in _TIMEOUTS:
+            return False
+        if isinstance(cause, socket.gaierror) and cause.errno != socket.EAI_AGAIN:
+            return False
+        if "SSL" in str(cause):  # TLS refused or failed: drivers say so only in words
+            return False
+        code = _sqlstate(cause)
+        if code is not None and code.startswith(_PG_REFUSED_CLASS):
+            return False
+        if _mysql_code(cause) in _MYSQL_REFUSED:
+            return False
+    return True

@@ -23,15 +23,17 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 
-from .errors import translate
+from ..errors import LoviaStoreError
+from .errors import connect_failure, lost_connection, translate
 from .prepared import Prepared
+from .urls import display_url
 
 __all__ = [
     "AsyncRunner",
+    "ConnectFailed",
     "Failed",
     "Runner",
     "Work",
-    "display_url",
     "make_async_engine",
     "transaction",
 ]
@@ -43,9 +45,26 @@ Work = Callable[[Connection], T]
 class Failed(Exception):
     """Carries a driver error out of a transaction with the phase it happened in."""
 
-    def __init__(self, error: DBAPIError, committing: bool) -> None:
+    def __init__(self, error: DBAPIError | OSError, committing: bool) -> None:
         self.error = error
         self.committing = committing
+
+    def translated(self, database: str) -> LoviaStoreError:
+        if isinstance(self.error, DBAPIError):
+            return translate(self.error, database, committing=self.committing)
+        return lost_connection(self.error, database, committing=self.committing)
+
+
+class ConnectFailed(Exception):
+    """A connection could not be opened: nothing was sent."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def translated(self, database: str) -> LoviaStoreError:
+        if isinstance(self.error, DBAPIError):
+            return translate(self.error, database, committing=False, connecting=True)
+        return connect_failure(self.error, database)
 
 
 def transaction(conn: Connection, work: Work[T], begin: Prepared | None = None) -> T:
@@ -72,6 +91,8 @@ def transaction(conn: Connection, work: Work[T], begin: Prepared | None = None) 
             raise
         return result
     except DBAPIError as exc:
+        raise Failed(exc, committing) from exc
+    except (TimeoutError, ConnectionError) as exc:  # asyncpg raises the socket's own
         raise Failed(exc, committing) from exc
 
 
@@ -153,12 +174,8 @@ class AsyncRunner(Runner):
     async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
         try:
             return await greenlet_spawn(_on_sync_engine, engine.sync_engine, work)
-        except Failed as failed:
-            raise translate(
-                failed.error, display_url(self.url), committing=failed.committing
-            ) from failed.error
-        except DBAPIError as exc:  # could not connect: nothing was sent
-            raise translate(exc, display_url(self.url), committing=False) from exc
+        except (Failed, ConnectFailed) as failed:
+            raise failed.translated(display_url(self.url)) from failed.error
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()
@@ -206,8 +223,17 @@ def _on_sync_engine(engine: Engine, work: Work[T]) -> T:
     failed transaction as its current one, so every later transaction on the
     connection is attempted as a SAVEPOINT and fails, until ``pool_recycle``.
     Only the failure path pays (a reconnect); success costs nothing more.
+
+    A connection that cannot be opened is told apart: nothing was sent on it.
+    asyncpg raises the socket's own errors then (refused, unknown host, TLS
+    refused, ``TimeoutError``), and ``TypeError``/``ValueError`` for a URL
+    parameter it does not take; SQLAlchemy passes them on untranslated.
     """
-    with engine.connect() as conn:
+    try:
+        conn = engine.connect()
+    except (DBAPIError, OSError, TypeError, ValueError) as exc:
+        raise ConnectFailed(exc) from exc
+    with conn:
         try:
             return transaction(conn, work)
         except Failed:
@@ -222,10 +248,6 @@ def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], N
             task.exception()  # retrieved so an abandoned write's failure is not reported as lost
 
     return done
-
-
-def display_url(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
 
 
 def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> AsyncEngine:

@@ -20,9 +20,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from .errors import translate
 from .prepared import DRIVER_CURSOR, Prepared
-from .runners import Failed, Runner, Work, display_url, transaction
+from .runners import ConnectFailed, Failed, Runner, Work, transaction
+from .urls import display_url
 
 __all__ = ["ThreadRunner", "sqlite_listeners"]
 
@@ -177,7 +177,7 @@ class ThreadRunner(Runner):
             try:
                 conn = self.engine.connect()
             except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
-                raise Failed(exc, committing=False) from exc
+                raise ConnectFailed(exc) from exc
             with conn:
                 try:
                     result = transaction(conn, job.work, _BEGIN)
@@ -208,7 +208,7 @@ class ThreadRunner(Runner):
             try:
                 held = self._writer_connection = self.engine.connect()
             except DBAPIError as exc:
-                raise Failed(exc, committing=False) from exc
+                raise ConnectFailed(exc) from exc
             self._writer_options = held.get_execution_options()
         return held
 
@@ -277,10 +277,8 @@ class ThreadRunner(Runner):
                 self._barriers.add(barrier)
                 barrier.add_done_callback(self._barriers.discard)
             raise
-        except Failed as failed:
-            raise translate(
-                failed.error, display_url(self.url), committing=failed.committing
-            ) from (failed.error)
+        except (Failed, ConnectFailed) as failed:
+            raise failed.translated(display_url(self.url)) from failed.error
         return result
 
     async def close_loop(self) -> None:
