@@ -33,7 +33,7 @@ from ..entries import (
 from ..errors import UserError
 from ..stores.segments import check_id
 from .ids import new_uuid7
-from .models import USAGE_FIELDS, MessageTiming
+from .models import TIMING_FIELDS, USAGE_FIELDS, MessageTiming
 from .rules import (
     MAX_AGENT_NAME,
     MAX_TITLE,
@@ -159,7 +159,7 @@ class PendingMessage:
             "envelope_json": envelope_json,
             "metadata_json": metadata_json,
             "tags_json": tags_json,
-            **timing.model_dump(),
+            **{name: getattr(timing, name) for name in TIMING_FIELDS},
             **(usage.model_dump() if usage else dict.fromkeys(USAGE_FIELDS)),
             "message_id": new_uuid7(),
         }

@@ -64,7 +64,7 @@ class MessageTiming(BaseModel):
     def instant(cls) -> MessageTiming:
         """A message that took no measurable time: started and completed now."""
         now = datetime.now(UTC)
-        return cls(started_at=now, completed_at=now, duration_ns=0)
+        return cls.model_construct(started_at=now, completed_at=now, duration_ns=0)
 
 
 _SPAN = ("started_at", "completed_at", "duration_ns")

@@ -39,6 +39,7 @@ from zett_agent.messages import (
 from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages, encode_messages
 
 from ...entries import (
+    MULTIPLE_ENTRIES,
     AssistantTextEntry,
     ContentPart,
     ImagePart,
@@ -47,10 +48,9 @@ from ...entries import (
     TextPart,
     ToolCallEntry,
     TranscriptEntry,
-    entry_from_dict,
 )
 from ...errors import StoredValueError, UserError
-from ...storage.appends import Projection, projection_of
+from ...storage.appends import Projection
 from ...storage.zett_envelopes import entries_from_envelope, text_of
 
 __all__ = [
@@ -99,9 +99,23 @@ def encode_compacted(message: object) -> str:
 
 
 def project(envelope: str) -> Projection:
-    """The stored projection of one envelope: the entries lovia's view shows for it."""
-    entries = [entry_from_dict(e) for e in entries_from_envelope(orjson.loads(envelope))]
-    return projection_of(entries)
+    """The stored projection of one envelope: the entries lovia's view shows for it.
+
+    The projection builds entries in lovia's JSON shape itself (every field, of its
+    type), so they are written as built, not validated again on every append.
+    """
+    entries = entries_from_envelope(orjson.loads(envelope))
+    if len(entries) == 1:
+        entry = entries[0]
+        return Projection(entry["type"], entry.get("call_id"), _json(entry))
+    return Projection(MULTIPLE_ENTRIES, None, _json(entries))
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer wider than 64 bits in a call's arguments
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def summary_text(message: CompactedMessage) -> str:

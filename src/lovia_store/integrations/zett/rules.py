@@ -118,6 +118,8 @@ def check_bounds(after: object, through: object) -> tuple[int, int | None]:
 def encode_context(value: Mapping[str, Any] | None, what: str, *, nonempty_keys: bool) -> str:
     """Request metadata or tags, validated by zett's own JSON rule and stored as zett does
     (sorted keys), so the column holds the text zett would have written."""
+    if not value and (value is None or isinstance(value, Mapping)):
+        return "{}"
     try:
         validated = json_object(value, field_name=what, nonempty_keys=nonempty_keys)
     except (ValueError, TypeError) as exc:
