@@ -9,13 +9,17 @@ is not the repository.
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
+import tomllib
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,11 +80,12 @@ def _check(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built once per module from the working tree."""
+    """The wheel, built once per module as a release builds it: the working tree's sdist,
+    then the wheel from that sdist (beside it in the same folder)."""
     dist = tmp_path_factory.mktemp("dist")
     _check(
         subprocess.run(
-            [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
+            [sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -96,14 +101,35 @@ def install(root: Path, wheel: Path, *, interpreter: str = sys.executable) -> In
     venv = root / "venv"
     _check(
         subprocess.run(
-            [interpreter, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300
+            [interpreter, "-m", "venv", "--without-pip", str(venv)],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     )
     workdir = root / "elsewhere"
     workdir.mkdir()
     target = Installed(venv, wheel, workdir)
-    _check(target.run(target.python, "-m", "pip", "install", "--quiet", wheel, timeout=900))
+    pip_install(target, str(wheel))
     return target
+
+
+def pip_install(target: Installed, requirement: str) -> None:
+    """Our own pip installs into ``target`` (``--python``): no pip is bootstrapped into every
+    venv, which keeps this module's runtime down."""
+    _check(
+        target.run(
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            target.python,
+            "install",
+            "--quiet",
+            requirement,
+            timeout=900,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +149,7 @@ def with_postgres(installed: Installed, bare_distributions: set[str]) -> Install
     """The same venv after ``pip install 'lovia-store[postgres]'``, as a PostgreSQL service
     installs it (one venv per module keeps this file's runtime down; the tests of the bare
     install come first in the file and fail loudly if a driver is already there)."""
-    requirement = f"{installed.wheel}[postgres]"
-    _check(installed.run(installed.python, "-m", "pip", "install", "--quiet", requirement))
+    pip_install(installed, f"{installed.wheel}[postgres]")
     return installed
 
 
@@ -295,6 +320,125 @@ def test_a_server_url_without_its_driver_names_the_extra(installed: Installed) -
     refused = installed.run(installed.script, "check", "postgresql://u@127.0.0.1:1/db")
     assert refused.returncode == 3
     assert "pip install 'lovia-store[postgres]'" in refused.stderr
+
+
+# -- packaging: license, classifiers, version, the package index's README ---------------------
+
+# Each Python the classifiers claim: the running one, and the others this wheel is installed on.
+CLAIMED_PYTHONS = ("3.11", "3.12", "3.13")
+RELATIVE_LINK = re.compile(r"\[([^\]]+)\]\((?!https?://|#|mailto:)([^)\s]+)\)")
+
+
+def wheel_metadata(wheel: Path) -> tuple[email.message.Message, dict[str, bytes]]:
+    """The wheel's METADATA, and its .dist-info files by name."""
+    with zipfile.ZipFile(wheel) as archive:
+        info = {
+            n.split(".dist-info/", 1)[1]: archive.read(n)
+            for n in archive.namelist()
+            if ".dist-info/" in n
+        }
+    return email.parser.Parser().parsestr(info["METADATA"].decode()), info
+
+
+def test_the_wheel_carries_its_license_classifiers_and_version(wheel: Path) -> None:
+    metadata, info = wheel_metadata(wheel)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert metadata["Version"] == project["version"]
+    assert metadata["License-Expression"] == "MIT" and metadata["License-File"] == "LICENSE"
+    license_text = info["licenses/LICENSE"].decode()
+    assert license_text == (REPO / "LICENSE").read_text()
+    assert license_text.startswith("MIT License\n\nCopyright (c) 2026 the lovia-store authors\n")
+    classifiers = metadata.get_all("Classifier") or []
+    claimed = {c.rsplit(" :: ", 1)[1] for c in classifiers if re.search(r":: 3\.\d+$", c)}
+    assert claimed == set(CLAIMED_PYTHONS)
+    assert metadata["Requires-Python"] == f">={min(CLAIMED_PYTHONS)}"
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" in CLAIMED_PYTHONS
+    with zipfile.ZipFile(wheel) as archive:  # "Typing :: Typed" holds: the marker ships
+        assert "Typing :: Typed" in classifiers and "lovia_store/py.typed" in archive.namelist()
+
+
+def test_the_sdist_holds_the_source_the_docs_and_the_license(wheel: Path) -> None:
+    """What the closing note of the index's README promises, and what a wheel needs."""
+    (sdist,) = wheel.parent.glob("lovia_store-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    tracked = subprocess.run(
+        ["git", "ls-files", "docs", "examples", "src/lovia_store/migrations"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {"LICENSE", "README.md", "pyproject.toml", *tracked} <= names
+    assert not {n for n in names if n.startswith(("bench/", ".ci/", "migrations/"))}
+
+
+def test_the_package_index_readme_has_no_dead_links(wheel: Path) -> None:
+    """On the index page a relative link leads nowhere: each shows its path instead."""
+    metadata, _ = wheel_metadata(wheel)
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    description = metadata.get_payload()
+    assert isinstance(description, str)
+    readme = (REPO / "README.md").read_text()
+    links = RELATIVE_LINK.findall(readme)
+    assert len(links) >= 10  # the Documentation list, at least
+    assert RELATIVE_LINK.findall(description) == []
+    for _, target in links:
+        assert f"`{target}`" in description, target
+    assert "ship in this release's source distribution" in description
+    # The rest is the README itself, word for word.
+    as_paths = RELATIVE_LINK.sub(
+        lambda m: f"`{m[2]}`" if m[1] == m[2] else f"{m[1]} (`{m[2]}`)", readme
+    )
+    assert description.startswith(as_paths)
+
+
+def test_the_installed_version(installed: Installed) -> None:
+    expected = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    found = installed.python_json(
+        "import json, lovia_store; print(json.dumps(lovia_store.__version__))"
+    )
+    assert found == expected
+    done = _check(installed.run(installed.script, "--version"))
+    assert done.stdout == f"lovia-store {expected}\n"
+
+
+def interpreter(version: str) -> str | None:
+    """A working ``python<version>``: on the PATH, or one pyenv installed."""
+    candidates = [shutil.which(f"python{version}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+OTHER_PYTHONS = [v for v in CLAIMED_PYTHONS if v != f"{sys.version_info[0]}.{sys.version_info[1]}"]
+
+
+@pytest.mark.parametrize("version", OTHER_PYTHONS)
+def test_the_wheel_runs_on_each_claimed_python(
+    version: str, wheel: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A classifier is a claim: the bare wheel installs on that Python and runs the demo."""
+    python = interpreter(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine to test the classifier's claim with")
+    target = install(tmp_path_factory.mktemp(f"python{version}"), wheel, interpreter=python)
+    found = target.python_json(
+        "import json, sys, lovia_store; "
+        "print(json.dumps(['%d.%d' % sys.version_info[:2], lovia_store.__version__]))"
+    )
+    assert isinstance(found, list) and found[0] == version
+    done = _check(target.run(target.script, "demo", timeout=180))
+    assert "replayed=True, model calls=0, same output: True" in done.stdout
 
 
 # -- last: these add the [postgres] extra to the module's venv ----------------------------------
