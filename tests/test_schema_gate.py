@@ -60,12 +60,27 @@ async def test_newer_store_version_is_refused_and_file_untouched(tmp_path: Path,
     assert digest(path) == before
 
 
-async def test_unknown_store_row_is_refused(tmp_path: Path) -> None:
+async def test_another_programs_store_row_is_left_alone(tmp_path: Path) -> None:
+    """lovia's web UI keeps its ``chat`` row in ``lovia_schema``: not ours to judge.
+    (A newer lovia-store with a new store of its own is refused by its revision.)"""
+    path = tmp_path / "shared-store.sqlite3"
+    await make_current(path, wal=False)
+    sql(path, "INSERT INTO lovia_schema (store, version) VALUES ('chat', 7)")
+    await check(path)
+    await upgrade(path)
+    async with SQLiteSession(path) as store:
+        await store.append("s", a_run("1"))
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT version FROM lovia_schema WHERE store = 'chat'").fetchall()
+    assert rows == [(7,)]
+
+
+async def test_a_newer_version_of_a_store_we_own_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future-store.sqlite3"
     await make_current(path, wal=False)
-    sql(path, "INSERT INTO lovia_schema (store, version) VALUES ('vector_index', 1)")
+    sql(path, "UPDATE lovia_schema SET version = version + 1 WHERE store = 'session'")
     before = digest(path)
-    with pytest.raises(SchemaVersionError, match="vector_index"):
+    with pytest.raises(SchemaVersionError, match="upgrade lovia"):
         await check(path)
     with pytest.raises(SchemaVersionError, match="upgrade lovia"):
         await upgrade(path)
