@@ -25,6 +25,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
+from .effect_ids import check_effect_ids
 from .leases import (
     DEFAULT_LEASE_TTL,
     RunLease,
@@ -158,6 +159,7 @@ class InMemoryCheckpointer:
     async def record_intent(
         self, run_id: str, call_id: str, tool_name: str, *, lease: RunLease | None = None
     ) -> None:
+        check_effect_ids(run_id, call_id, tool_name)
         async with self._lock:
             self._fence(lease, run_id)
             effects = self._effects.setdefault(run_id, {})
@@ -177,6 +179,7 @@ class InMemoryCheckpointer:
         lease: RunLease | None = None,
     ) -> Any:
         """There is no database to share: the effect cannot be transactional here."""
+        check_effect_ids(run_id, call_id, tool_name)  # the same refusal as the SQL stores
         raise UserError(
             "ctx.transaction() needs a SQL checkpointer: the effect and its recorded "
             "outcome commit in one transaction of that database"

@@ -51,6 +51,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
+from .effect_ids import check_effect_ids
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
 from .segments import check_id
 from .sql_base import SQLStore, StoreTarget
@@ -326,6 +327,7 @@ class SQLCheckpointer(SQLStore):
         self, run_id: str, call_id: str, tool_name: str, *, lease: RunLease | None = None
     ) -> None:
         """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
+        check_effect_ids(run_id, call_id, tool_name)
         lease = lease_for(lease, run_id)
 
         def work(conn: Connection) -> None:
@@ -349,6 +351,7 @@ class SQLCheckpointer(SQLStore):
         Under ``lease`` the lease is checked first, so a worker that lost the
         run never commits the effect.
         """
+        check_effect_ids(run_id, call_id, tool_name)
         lease = lease_for(lease, run_id)
 
         def transaction(conn: Connection) -> Any:
