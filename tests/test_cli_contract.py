@@ -69,6 +69,7 @@ def test_exit_codes_tell_a_probe_what_is_wrong(
         "unknown option": (["check", "--nope", str(current)], 2),
         "negative limit": (["sessions", "--limit", "-1", str(current)], 2),
         "not a database": (["check", str(tmp_path / "garbage.sqlite3")], 3),
+        "refused port (asyncpg)": (["check", "postgresql://u@127.0.0.1:1/test"], 3),
         "refused port (MySQL)": (["check", "mysql+asyncmy://root@127.0.0.1:1/test"], 3),
         "refused port (psycopg)": (["check", "postgresql+psycopg://u@127.0.0.1:1/test"], 3),
         "driver not installed": (["check", "mysql+aiomysql://root@127.0.0.1:1/test"], 3),
