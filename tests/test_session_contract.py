@@ -10,7 +10,14 @@ import pytest
 
 from conftest import LEGACY, Backend
 from helpers import a_run, call, result, say, user
-from lovia_store import Segment, Session, UserError, entry_from_dict, entry_to_dict
+from lovia_store import (
+    Segment,
+    Session,
+    ToolResultEntry,
+    UserError,
+    entry_from_dict,
+    entry_to_dict,
+)
 
 MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
 
@@ -377,3 +384,76 @@ async def test_ids_are_compared_exactly(backend: Backend) -> None:
         assert await store.load("Anna") == [user("Anna")]
         assert await store.load("änna") == [user("änna")]
         assert [s.run_id for s in await store.segments("anna")] == ["r", "R"]
+
+
+# Found by the differential tests against lovia's own stores (test_lovia_differential.py).
+
+
+async def test_runs_without_entries_count_for_trim_s_keep_runs(backend: Backend) -> None:
+    """lovia counts every run, one without entries too: it is the last run here."""
+    old = [call("c1"), result("c1", "x" * 1_000)]
+    async with backend.session() as store:
+        await store.append("s", old, run_id="r1")
+        await store.append("s", [], run_id="empty", meta={"m": 1})
+        assert await store.trim_tool_results("s", keep_chars=10, keep_runs=1) == 1
+        await store.append("s", [], run_id="empty 2")
+        await store.append("s", [user("q")], run_id="r2")
+        assert await store.trim_tool_results("s", keep_chars=10, keep_runs=3) == 0
+
+
+async def test_a_run_without_entries_keeps_its_place_after_a_rewind(backend: Backend) -> None:
+    """A rewind leaves the sequences it removed unused; segments are placed by sequence."""
+    async with backend.session() as store:
+        await store.append("s", a_run("1"), run_id="r1")
+        await store.append("s", a_run("2"), run_id="r2")
+        assert await store.rewind("s", keep_entries=4) == 4
+        await store.append("s", [], run_id="empty")
+        await store.append("s", [user("after")], run_id="r3")
+        assert [s.run_id for s in await store.segments("s")] == ["r1", "empty", "r3"]
+
+
+async def test_a_run_without_entries_at_the_cut_stays(backend: Backend) -> None:
+    """As in lovia: the cut falls after the kept entries, so an empty run right there
+    (and one before everything, when nothing is kept) is before it."""
+    async with backend.session() as store:
+        await store.append("s", [], run_id="first", meta={"m": 0})
+        await store.append("s", a_run("1"), run_id="r1")
+        await store.append("s", [], run_id="empty", meta={"m": 1})
+        await store.append("s", a_run("2"), run_id="r2")
+        await store.append("s", [], run_id="last")
+        assert await store.rewind("s", keep_entries=4) == 4
+        assert [s.run_id for s in await store.segments("s")] == ["first", "r1", "empty"]
+        assert await store.rewind("s", keep_entries=0) == 4
+        assert await store.segments("s") == [Segment("first", [], {"m": 0})]
+
+
+async def test_trim_is_not_fooled_by_the_marker_outside_the_output(backend: Backend) -> None:
+    """Only an output that ends with the marker is already trimmed."""
+    marked = result("c1", "x" * 1_000, raw={"note": "archived to a result store]"})
+    async with backend.session() as store:
+        await store.append("s", [call("c1"), marked], run_id="r1")
+        assert await store.trim_tool_results("s", keep_chars=10, keep_runs=0) == 1
+        assert await store.trim_tool_results("s", keep_chars=10, keep_runs=0) == 0
+        trimmed = (await store.load("s"))[1]
+        assert isinstance(trimmed, ToolResultEntry) and trimmed.raw is None
+        assert trimmed.output.startswith("x" * 10 + "\n[... 990 chars trimmed")
+
+
+@pytest.mark.parametrize("run_id", ["r\x00", "x" * 256])
+async def test_ids_no_backend_can_store_are_refused(backend: Backend, run_id: str) -> None:
+    """PostgreSQL's text holds no NUL: refused everywhere, before any SQL."""
+    async with backend.session() as store:
+        with pytest.raises(UserError, match="run_id"):
+            await store.append("s", a_run("1"), run_id=run_id)
+        with pytest.raises(UserError, match="session_id"):
+            await store.append(run_id, a_run("1"), run_id="r1")
+        assert await store.load("s") == []
+
+
+@pytest.mark.parametrize("call_id", ["c\x00", "c" * 256])
+async def test_call_ids_no_backend_can_store_are_refused(backend: Backend, call_id: str) -> None:
+    """A session row keeps the call id in an id column (255 characters, no NUL)."""
+    async with backend.session() as store:
+        with pytest.raises(UserError, match=r"entries\[1\]\.call_id"):
+            await store.append("s", [user("q"), call(call_id)], run_id="r1")
+        assert await store.segments("s") == []

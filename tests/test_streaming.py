@@ -129,8 +129,9 @@ async def test_memory_stays_bounded_by_a_batch(sql_backend: Backend) -> None:
 
 
 async def test_documents_orjson_refuses_still_read(sql_backend: Backend) -> None:
-    """Integers wider than 64 bits are valid JSON: every read path returns them."""
-    wide = {"count": 2**70, "nested": [-(2**65)]}
+    """Integers wider than 64 bits are valid JSON: every read path returns them exactly
+    (not as the nearest float, which equals a power of two and fools ``==``)."""
+    wide = {"count": 2**70 + 1, "nested": [-(2**65) - 1, 2**64]}
     entries = [user("q"), result("c1", "ok", raw=wide)]
     async with sql_backend.session() as store:
         assert isinstance(store, SQLSession)

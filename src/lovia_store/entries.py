@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic_core import from_json
 
 from .errors import UnknownEntryTypeError, UserError
 
@@ -187,54 +188,18 @@ def entry_from_dict(data: dict[str, Any]) -> TranscriptEntry:
     return _ENTRY.validate_python(data)
 
 
-_WIDE = float(2**63)
-
-
-def _widened(value: Any) -> bool:
-    """Whether ``value`` holds a float that may be an integer orjson widened."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is float:
-            if abs(item) >= _WIDE and item.is_integer():
-                return True
-        elif kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-    return False
-
-
-def _maybe_widened(document: Any) -> bool:
-    # Of an entry, only a tool result's raw value and reasoning metadata hold numbers.
-    if type(document) is not dict:
-        return _widened(document)
-    kind = document.get("type")
-    if kind == "tool_result":
-        value = document.get("raw")
-    elif kind == "reasoning":
-        value = document.get("metadata")
-    else:
-        return False
-    return type(value) in (dict, list, float) and _widened(value)
-
-
 def json_documents(rows: Sequence[str | bytes]) -> list[Any]:
-    """Parse stored JSON documents with orjson, every integer exact.
+    """Parse stored JSON documents, every integer exact.
 
-    orjson reads an integer wider than 64 bits as a float (older versions
-    refused it); a document that may hold one is read again by the standard
-    library, which keeps it an integer.
+    pydantic-core's parser keeps an integer wider than 64 bits an integer,
+    which orjson turns into a float (older versions refused it), at about
+    orjson's speed on a whole session's load. What it refuses and JSON allows
+    (a lone surrogate escape) is read by the standard library.
     """
     try:
-        documents = [orjson.loads(row) for row in rows]
-    except orjson.JSONDecodeError:
+        return [from_json(row) for row in rows]
+    except ValueError:
         return [json.loads(row) for row in rows]
-    for index, document in enumerate(documents):
-        if _maybe_widened(document):
-            documents[index] = json.loads(rows[index])
-    return documents
 
 
 def name_unknown_entry(documents: Iterable[Any]) -> None:

@@ -7,9 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._json import dump_object, load_object
-from ..entries import ToolResultEntry, TranscriptEntry
+from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
 from .checkpoint_models import Checkpointer
-from .segments import Segment, check_append, check_count, check_id, rewind_split, trim_entry
+from .segments import (
+    Segment,
+    check_append,
+    check_call_ids,
+    check_count,
+    check_id,
+    rewind_split,
+    trim_entry,
+)
 
 __all__ = ["InMemorySession"]
 
@@ -43,6 +51,7 @@ class InMemorySession:
         meta: dict[str, Any] | None = None,
     ) -> str:
         run_id, stored, meta_text = check_append(session_id, entries, run_id, meta)
+        check_call_ids([call_id_of(entry) for entry in stored])  # what the SQL stores refuse
         async with self._lock:
             segments = self._segments.setdefault(session_id, [])
             if not any(segment.run_id == run_id for segment in segments):

@@ -16,6 +16,7 @@ __all__ = [
     "Segment",
     "Session",
     "check_append",
+    "check_call_ids",
     "check_count",
     "check_id",
     "check_integer",
@@ -65,6 +66,9 @@ def check_id(value: object, what: str) -> str:
         raise UserError(f"{what} must be a non-empty string, got {value!r}")
     if len(value) > 255:
         raise UserError(f"{what} is {len(value)} characters long; the limit is 255")
+    nul = value.find("\x00")
+    if nul >= 0:  # PostgreSQL's text cannot hold it: refused on every backend alike
+        raise UserError(f"{what} contains a NUL character at position {nul}")
     if not value.isascii():
         # A lone surrogate (what json.loads gives for "\ud800") has no UTF-8 form:
         # no backend can store or look it up, and a driver refusing it mid-call
@@ -76,6 +80,14 @@ def check_id(value: object, what: str) -> str:
                 f"{what} is not valid Unicode: a lone surrogate at position {exc.start}"
             ) from None
     return value
+
+
+def check_call_ids(call_ids: Sequence[object]) -> None:
+    """A session row keeps its entry's tool call id in an id column: the id rules
+    hold for it (an entry without one, or with an empty one, has nothing to check)."""
+    for index, call_id in enumerate(call_ids):
+        if call_id is not None and call_id != "":
+            check_id(call_id, f"entries[{index}].call_id")
 
 
 def check_append(
@@ -157,7 +169,8 @@ def rewind_split(
     boundary: Segment | None = None
     remaining = keep_entries
     for segment in segments:
-        if remaining >= len(segment.entries) and (remaining > 0 or segment.entries):
+        # A run without entries that sits at the cut stays, as in lovia's stores.
+        if remaining >= len(segment.entries):
             kept.append(segment)
             remaining -= len(segment.entries)
             continue

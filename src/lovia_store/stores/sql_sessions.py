@@ -38,7 +38,7 @@ from ..db.dialect import bump_params, bump_session, bump_statement, insert_ignor
 from ..db.errors import violated_constraint
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
-from ..db.text_sql import byte_length, has_substring, utf8_bytes, utf8_bytes_every_row
+from ..db.text_sql import byte_length, utf8_bytes, utf8_bytes_every_row
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     MULTIPLE_ENTRIES,
@@ -52,9 +52,9 @@ from ..entries import (
 from .checkpoint_models import Checkpointer
 from .entry_rows import drop_dangling_in_rows, entry_cut, rewrite_row
 from .segments import (
-    TRIM_SENTINEL,
     Segment,
     check_append,
+    check_call_ids,
     check_count,
     check_id,
     trim_entry,
@@ -155,12 +155,13 @@ _BATCH = (
     .limit(bindparam("size", type_=BigInteger))
 )
 _SEGMENT_ROWS = (
-    select(m.request_id, m.run_id, _EVERY_DOCUMENT)
+    select(m.sequence, m.request_id, m.run_id, _EVERY_DOCUMENT)
     .where(m.session_id == bindparam("sid"))
     .order_by(m.sequence)
 )
-# Tool results a trim may shorten; an output that already ends with the marker
-# is recognised (the closing quote follows the sentinel in the stored JSON).
+# Tool results a trim may shorten. Whether an output already ends with the
+# marker is for trim_entry to say: the sentinel in a document may as well end a
+# string of its raw value, its parts or its call id.
 _NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
 _SID = bindparam("sid", type_=String())
@@ -170,7 +171,6 @@ _TRIM_CANDIDATES = Prepared(
         m.sequence < bindparam("cutoff", type_=BigInteger()),
         m.entry_type == "tool_result",
         byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
-        ~has_substring(m.entry_json, f'{TRIM_SENTINEL}"'),
     )
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
@@ -389,6 +389,7 @@ class SQLSession(SQLStore):
         self, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
     ) -> None:
         """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
+        check_call_ids(run.call_ids)
 
         def work(conn: Connection) -> None:
             if not _store_run(conn, session_id, run_id, meta_json, run):
@@ -487,13 +488,14 @@ def _build_segments(
     runs: Sequence[Any],
     decode: Callable[[Sequence[str | bytes]], list[E]],
 ) -> list[tuple[str, list[E], dict[str, Any] | None]]:
-    # Rows unpack as tuples: (request_id, run_id, entry_json) and
+    # Rows unpack as tuples: (sequence, request_id, run_id, entry_json) and
     # (run_id, first_sequence, entry_count, meta_json), in the statements' order.
     # Decoded a segment at a time: a row may hold several entries (a zett message).
-    documents = [document for _, _, document in rows]
+    documents = [document for _, _, _, document in rows]
     metas = {run_id: meta_json for run_id, _, _, meta_json in runs}
     # Runs with no entries have no rows to carry them; they sit before the
-    # message that followed them.
+    # message that followed them, the first whose sequence is not below theirs
+    # (by sequence, not by row: a rewind leaves the sequences it removed unused).
     empty = [(first, run_id) for run_id, first, count, _ in runs if count == 0]
     out: list[tuple[str, list[E], dict[str, Any] | None]] = []
     key: tuple[str | None, str] | None = None
@@ -507,8 +509,8 @@ def _build_segments(
             entries = decode(expand_documents(documents[start:end]))
             out.append((run_id or request_id, entries, meta))
 
-    for index, (request_id, run_id, _) in enumerate(rows):
-        while emitted < len(empty) and empty[emitted][0] <= index + 1:
+    for index, (sequence, request_id, run_id, _) in enumerate(rows):
+        while emitted < len(empty) and empty[emitted][0] <= sequence:
             flush(index)
             start, key = index, None
             out.append((empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
@@ -551,20 +553,40 @@ def _rows_below(conn: Connection, session_id: str, below: int) -> Iterator[Any]:
         below, size = rows[-1][0], min(size * 4, 4096)
 
 
+_EMPTY_RUNS = Prepared(
+    select(r.first_sequence)
+    .where(r.session_id == _SID, r.entry_count == 0)
+    .order_by(r.first_sequence.desc())
+)
+
+
 def _first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
-    """The first sequence of the last ``keep_runs`` segments (None: keep nothing)."""
+    """The first sequence of the last ``keep_runs`` segments (None: keep nothing).
+
+    Runs without entries are segments too (lovia counts them): one with first
+    sequence ``f`` sits after every row below ``f`` and before the others.
+    """
     if keep_runs == 0:
         return None
+    empty = [first for (first,) in _EMPTY_RUNS.execute(conn, {"sid": session_id}).all()]
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
     for sequence, run_id, request_id, _, _ in _rows_below(conn, session_id, _NO_CUTOFF):
+        while empty and empty[0] > sequence:  # a run without entries after this row
+            if seen == keep_runs:
+                return first
+            seen, first, key = seen + 1, empty.pop(0), None
         if (run_id, request_id) != key:
             if seen == keep_runs:
                 return first
             seen += 1
             key = (run_id, request_id)
         first = sequence
+    for before_every_row in empty:
+        if seen == keep_runs:
+            return first
+        seen, first = seen + 1, before_every_row
     return 0
 
 
@@ -582,7 +604,12 @@ _DELETE_TAIL = Prepared(delete(messages).where(m.session_id == _SID, m.sequence 
 _DELETE_ONE = Prepared(
     delete(messages).where(m.session_id == _SID, m.sequence == bindparam("seq", type_=BigInteger))
 )
-_LATER_RUNS = (r.session_id == _SID) & (r.first_sequence >= _CUT)
+# Runs after the cut. A run without entries at the cut (first sequence up to
+# "empty_after", the cut unless it lands inside a row) stays, as in lovia.
+_LATER_RUNS = (r.session_id == _SID) & (
+    ((r.entry_count > 0) & (r.first_sequence >= _CUT))
+    | ((r.entry_count == 0) & (r.first_sequence > bindparam("empty_after", type_=BigInteger())))
+)
 _SELECT_LATER_RUNS = Prepared(select(r.run_id).where(_LATER_RUNS))
 _DELETE_LATER_RUNS = Prepared(delete(session_runs).where(_LATER_RUNS))
 _CUT_RUN = (r.session_id == _SID) & (r.run_id == bindparam("cut_run_id", type_=String()))
@@ -641,11 +668,12 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         cut = split_sequence + 1 if cut_row is None else cut_row[0]
         _, cut_run_id, cut_request_id = split_row
         below = split_sequence + 1
+        empty_after = split_sequence  # the split row's removed entries come first
     elif cut_row is None:
         return 0, []
     else:
         cut, cut_run_id, cut_request_id = cut_row
-        below = cut
+        below = empty_after = cut
     at_cut = {"sid": session_id, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
@@ -676,10 +704,11 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
         removed += dropped
         rows_removed += emptied
         changed += shortened
-    touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, at_cut).all()]
+    later = {**at_cut, "empty_after": empty_after}
+    touched = [run_id for (run_id,) in _SELECT_LATER_RUNS.execute(conn, later).all()]
     if cut_run_id is not None and cut_run_id not in touched:
         touched.append(cut_run_id)
-    _DELETE_LATER_RUNS.execute(conn, at_cut)
+    _DELETE_LATER_RUNS.execute(conn, later)
     if cut_run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
         cut_run = {"sid": session_id, "cut_run_id": cut_run_id, "remaining": remaining}
