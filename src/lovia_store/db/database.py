@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -12,7 +13,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import LoviaStoreError, MissingDriverError, UserError
+from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
 from .errors import worth_retrying
 from .runners import AsyncRunner, Runner, Work, make_async_engine
 from .sqlite_runner import ThreadRunner
@@ -44,9 +45,10 @@ class Database:
     blocked; for files several processes or stores share). ``synchronous`` is
     ``"full"`` by default, so a commit survives power loss in either journal
     mode; ``"normal"`` trades the last commits before a power loss (never a
-    process crash, never corruption) for speed. ``busy_timeout`` is how long
-    (seconds) a writer waits for another process's lock before the write fails
-    with ``StoreBusyError``. On PostgreSQL, ``schema`` places our tables (and
+    process crash, never corruption) for speed. ``busy_timeout`` is the longest
+    (seconds) a call waits for another process's lock, retries included, before
+    it fails with ``StoreBusyError`` (a migration waits for another process's
+    migration longer: up to 10 minutes). On PostgreSQL, ``schema`` places our tables (and
     our version table) in that schema instead of the connection's default one,
     for hosts that keep each component in its own namespace.
 
@@ -221,25 +223,52 @@ class Database:
             lambda: self._runner.run(work, write=False, single_statement=single_statement)
         )
 
-    async def write_unchecked(self, work: Work[T], *, single_statement: bool = False) -> T:
-        """``write`` without the schema check (the gate itself uses it)."""
+    async def write_unchecked(
+        self, work: Work[T], *, single_statement: bool = False, lock_wait: float | None = None
+    ) -> T:
+        """``write`` without the schema check (the gate itself uses it).
+
+        ``lock_wait`` (seconds) replaces ``busy_timeout`` as the call's longest wait
+        for another process's SQLite lock: a migration waits for another process's
+        migration as long as the server backends' migration lock does.
+        """
         self._check_open()
         return await self._retrying(
-            lambda: self._runner.run(work, write=True, single_statement=single_statement)
+            lambda: self._runner.run(work, write=True, single_statement=single_statement),
+            lock_wait=lock_wait,
         )
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run ``attempt``, again after a short pause while it fails retry-safely."""
+    async def _retrying(
+        self, attempt: Callable[[], Awaitable[T]], *, lock_wait: float | None = None
+    ) -> T:
+        """Run ``attempt``, again after a short pause while it fails retry-safely.
+
+        On SQLite, ``busy_timeout`` bounds the whole call: each attempt already
+        waits in SQLite's busy handler, so a busy error is retried only while
+        the call has waited less than that in all (SQLite also reports busy at
+        once, without waiting, where waiting could deadlock: those are retried).
+        """
         delay = 0.01
-        for remaining in range(_RETRIES - 1, -1, -1):
+        started = time.monotonic()
+        budget = self._runner.busy_wait
+        if budget is not None and lock_wait is not None:
+            budget = lock_wait
+        attempts = 0
+        while True:
+            attempts += 1
             try:
                 return await attempt()
             except LoviaStoreError as exc:
-                if not (getattr(exc, "retry_safe", False) and remaining and worth_retrying(exc)):
+                if not (getattr(exc, "retry_safe", False) and worth_retrying(exc)):
+                    raise
+                if budget is not None and isinstance(exc, StoreBusyError):
+                    spent = time.monotonic() - started + delay > budget
+                    if spent or (attempts >= _RETRIES and lock_wait is None):
+                        raise
+                elif attempts >= _RETRIES:
                     raise
             await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            delay = min(delay * 2, 0.5)
 
     # -- lifetime -------------------------------------------------------------
 

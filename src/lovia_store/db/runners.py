@@ -102,6 +102,9 @@ class Runner:
     dialect: str
     url: URL
     engine: Any
+    busy_wait: float | None = None
+    """SQLite's busy timeout (seconds): how long one call may wait for another
+    process's lock in all, retries included. None where lock waits are the server's."""
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         """Run ``work`` as one transaction; ``single_statement`` allows running it
@@ -157,6 +160,10 @@ class AsyncRunner(Runner):
         self.engine = engine
         self.url = engine.url
         self.dialect = engine.dialect.name
+        if self.dialect == "sqlite":
+            # A caller's engine keeps its own timeout, which we cannot read back:
+            # assume sqlite3's default (5 s), what an engine gets unless told otherwise.
+            self.busy_wait = 5.0
         self._owned = owned
         self._recreate = recreate
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngines] = {}

@@ -68,6 +68,9 @@ LEGACY_VERSION = 0
 # Any constant works; it only has to be the same in every process.
 _PG_LOCK_KEY = 0x6C6F76696173
 _MYSQL_LOCK = "lovia_store_migrate"
+# How long a migration waits for another process's (MySQL's GET_LOCK below; on
+# SQLite, instead of busy_timeout: another process converting a file may take longer).
+_MIGRATION_LOCK_WAIT = 600.0
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +220,10 @@ def _lock(conn: Connection) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
     elif conn.dialect.name in ("mysql", "mariadb"):
-        conn.execute(text("SELECT GET_LOCK(:name, 600)"), {"name": _MYSQL_LOCK})
+        conn.execute(
+            text("SELECT GET_LOCK(:name, :wait)"),
+            {"name": _MYSQL_LOCK, "wait": int(_MIGRATION_LOCK_WAIT)},
+        )
 
 
 def _unlock(conn: Connection) -> None:
@@ -326,7 +332,7 @@ async def migrate(db: Database, target: str = "head") -> UpgradeReport:
         finally:
             _unlock(conn)
 
-    return await db.write_unchecked(work)
+    return await db.write_unchecked(work, lock_wait=_MIGRATION_LOCK_WAIT)
 
 
 async def ensure_current(db: Database, *, verify_only: bool) -> None:
@@ -368,6 +374,6 @@ async def run_command_line(context: Any, url: str, schema: str | None = None) ->
             _unlock(conn)
 
     try:
-        await db.write_unchecked(work)
+        await db.write_unchecked(work, lock_wait=_MIGRATION_LOCK_WAIT)
     finally:
         await db.close()

@@ -144,8 +144,12 @@ class ThreadRunner(Runner):
     ) -> None:
         self.url = url
         self.dialect = "sqlite"
+        self.busy_wait = busy_timeout
         memory = url.database in (None, "", ":memory:")
-        defaults: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+        # sqlite3's own timeout too: the connect pragmas run before ours is set,
+        # and would wait sqlite3's default 5 s on a locked file.
+        connect = {"check_same_thread": False, "timeout": busy_timeout}
+        defaults: dict[str, Any] = {"connect_args": connect}
         if memory:
             defaults["poolclass"] = StaticPool
         # Our hot statements skip SQLAlchemy's execution context, unless SQL is echoed.
