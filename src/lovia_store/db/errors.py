@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 
@@ -18,6 +19,7 @@ from .urls import mask_secrets
 
 __all__ = [
     "connect_failure",
+    "hide_values",
     "lost_connection",
     "translate",
     "violated_constraint",
@@ -36,6 +38,9 @@ _MYSQL_BUSY = {1205, 1213, 1412}
 _PG_REFUSED_CLASS = ("28", "3D")
 _MYSQL_REFUSED = {1044, 1045, 1049, 1698}
 _TIMEOUTS = {"ConnectionTimeout"}
+_ASYNCPG_ARGUMENT = re.compile(
+    r"invalid input for query argument \$\d+(?: in element #\d+ of executemany\(\) sequence)?: "
+)
 
 
 def _sqlstate(orig: BaseException | None) -> str | None:
@@ -65,7 +70,12 @@ def _mysql_code(orig: BaseException | None) -> int | None:
 
 
 def translate(
-    exc: DBAPIError, database: str, *, committing: bool, connecting: bool = False
+    exc: DBAPIError,
+    database: str,
+    *,
+    committing: bool,
+    connecting: bool = False,
+    hide: bool = True,
 ) -> LoviaStoreError:
     """The typed error for a driver error raised while talking to ``database``.
 
@@ -73,7 +83,10 @@ def translate(
     which the outcome is unknown on a server database; SQLite guarantees that
     a busy COMMIT did not commit. ``connecting`` says it came while opening
     the connection, before anything was sent: repeating the call is safe.
+    ``hide`` keeps bound values out of the text of ``exc`` and what it chains.
     """
+    if hide:
+        hide_values(exc)
     orig = exc.orig
     text = mask_secrets(str(orig) if orig is not None else str(exc))
     if isinstance(exc, IntegrityError):
@@ -93,6 +106,58 @@ def translate(
             f"{database}: connection lost: {text}", retry_safe=not committing
         )
     return StoreUnavailableError(f"{database}: {text}", retry_safe=False)
+
+
+def _chained(exc: BaseException) -> list[BaseException]:
+    """``exc`` and everything a traceback of it shows: causes, contexts, ``orig``."""
+    found: list[BaseException] = []
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        orig = getattr(current, "orig", None)
+        for linked in (current.__cause__, current.__context__, orig):
+            if isinstance(linked, BaseException):
+                pending.append(linked)
+    return found
+
+
+def hide_values(exc: BaseException) -> None:
+    """Keep bound values out of the text of ``exc`` and every error it chains.
+
+    SQLAlchemy's own ``[parameters: ...]`` goes with ``hide_parameters``; asyncpg
+    also quotes a value it refused client-side ("invalid input for query argument
+    $1: 'the user's words...'"), in its error and in the adapter's copy of it:
+    the value is cut out, the reason (the error asyncpg raised it from) kept.
+    """
+    chain = _chained(exc)
+    reason = next(
+        (
+            str(error.__cause__)
+            for error in chain
+            if error.__cause__ is not None
+            and _quotes_value(error)
+            and not _quotes_value(error.__cause__)
+        ),
+        "",
+    )
+    for error in chain:
+        if isinstance(error, DBAPIError):
+            error.hide_parameters = True
+        if _quotes_value(error):
+            message = error.args[0]
+            match = _ASYNCPG_ARGUMENT.search(message)
+            assert match is not None
+            hidden = message[: match.end()] + "(value hidden)" + (f" ({reason})" if reason else "")
+            error.args = (hidden, *error.args[1:])
+
+
+def _quotes_value(error: BaseException) -> bool:
+    return bool(
+        error.args and isinstance(error.args[0], str) and _ASYNCPG_ARGUMENT.search(error.args[0])
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -121,16 +186,6 @@ def lost_connection(exc: OSError, database: str, *, committing: bool) -> StoreUn
     return StoreUnavailableError(f"{database}: {what}", retry_safe=not committing)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    found: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in found:
-        found.append(current)
-        orig = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else current.__cause__
-    return found
-
-
 def worth_retrying(error: LoviaStoreError) -> bool:
     """Whether ``Database`` should repeat a retry-safe call by itself.
 
@@ -138,7 +193,7 @@ def worth_retrying(error: LoviaStoreError) -> bool:
     stays a refusal a second later: a wrong password or database name, an
     unknown host, a TLS failure. Those reach the caller at once.
     """
-    for cause in _chain(error)[1:]:
+    for cause in _chained(error)[1:]:
         # psycopg's own timeout class, by name: psycopg is an optional driver.
         if isinstance(cause, TimeoutError | ssl.SSLError) or type(cause).__name__ in _TIMEOUTS:
             return False

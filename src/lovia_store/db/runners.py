@@ -49,9 +49,9 @@ class Failed(Exception):
         self.error = error
         self.committing = committing
 
-    def translated(self, database: str) -> LoviaStoreError:
+    def translated(self, database: str, *, hide: bool) -> LoviaStoreError:
         if isinstance(self.error, DBAPIError):
-            return translate(self.error, database, committing=self.committing)
+            return translate(self.error, database, committing=self.committing, hide=hide)
         return lost_connection(self.error, database, committing=self.committing)
 
 
@@ -61,9 +61,9 @@ class ConnectFailed(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def translated(self, database: str) -> LoviaStoreError:
+    def translated(self, database: str, *, hide: bool) -> LoviaStoreError:
         if isinstance(self.error, DBAPIError):
-            return translate(self.error, database, committing=False, connecting=True)
+            return translate(self.error, database, committing=False, connecting=True, hide=hide)
         return connect_failure(self.error, database)
 
 
@@ -105,6 +105,9 @@ class Runner:
     busy_wait: float | None = None
     """SQLite's busy timeout (seconds): how long one call may wait for another
     process's lock in all, retries included. None where lock waits are the server's."""
+    hide_parameters = True
+    """Whether driver errors keep bound values (conversation content) out of their
+    text: always on a caller's engine, unless ``hide_parameters=False`` on ours."""
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         """Run ``work`` as one transaction; ``single_statement`` allows running it
@@ -165,6 +168,7 @@ class AsyncRunner(Runner):
             # assume sqlite3's default (5 s), what an engine gets unless told otherwise.
             self.busy_wait = 5.0
         self._owned = owned
+        self.hide_parameters = engine.sync_engine.hide_parameters or not owned
         self._recreate = recreate
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngines] = {}
 
@@ -182,7 +186,8 @@ class AsyncRunner(Runner):
         try:
             return await greenlet_spawn(_on_sync_engine, engine.sync_engine, work)
         except (Failed, ConnectFailed) as failed:
-            raise failed.translated(display_url(self.url)) from failed.error
+            error = failed.translated(display_url(self.url), hide=self.hide_parameters)
+            raise error from failed.error
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()
@@ -268,7 +273,14 @@ def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> Async
     before proxies' idle limits close them. Ten connections and no overflow
     (asyncpg's own pool default): calls beyond ten wait for a connection
     instead of opening and closing one each, which under a burst of writers
-    costs more than the wait.
+    costs more than the wait. ``hide_parameters``: a failed statement's values
+    (conversation content) stay out of error messages and logs.
     """
-    defaults = {"pool_pre_ping": False, "pool_recycle": 1800, "pool_size": 10, "max_overflow": 0}
+    defaults = {
+        "pool_pre_ping": False,
+        "pool_recycle": 1800,
+        "pool_size": 10,
+        "max_overflow": 0,
+        "hide_parameters": True,
+    }
     return create_async_engine(url, echo=echo, **{**defaults, **options})

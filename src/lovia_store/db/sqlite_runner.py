@@ -149,7 +149,9 @@ class ThreadRunner(Runner):
         # sqlite3's own timeout too: the connect pragmas run before ours is set,
         # and would wait sqlite3's default 5 s on a locked file.
         connect = {"check_same_thread": False, "timeout": busy_timeout}
-        defaults: dict[str, Any] = {"connect_args": connect}
+        # hide_parameters: a failed statement's values (conversation content) stay
+        # out of error messages and logs.
+        defaults: dict[str, Any] = {"connect_args": connect, "hide_parameters": True}
         if memory:
             defaults["poolclass"] = StaticPool
         # Our hot statements skip SQLAlchemy's execution context, unless SQL is echoed.
@@ -159,6 +161,7 @@ class ThreadRunner(Runner):
             echo=echo,
             **{**defaults, **options, "execution_options": execution},
         )
+        self.hide_parameters = self.engine.hide_parameters
         sqlite_listeners(self.engine, wal=wal, synchronous=synchronous, busy_timeout=busy_timeout)
         self._closed = False
         self._barriers: set[asyncio.Future[None]] = set()  # see run()
@@ -282,7 +285,8 @@ class ThreadRunner(Runner):
                 barrier.add_done_callback(self._barriers.discard)
             raise
         except (Failed, ConnectFailed) as failed:
-            raise failed.translated(display_url(self.url)) from failed.error
+            error = failed.translated(display_url(self.url), hide=self.hide_parameters)
+            raise error from failed.error
         return result
 
     async def close_loop(self) -> None:
