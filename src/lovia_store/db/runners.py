@@ -14,7 +14,9 @@ transaction:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -40,6 +42,29 @@ __all__ = [
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
+
+
+# Set while one of our units of work runs (in its task): see _DriverNotes.
+_OURS: ContextVar[bool] = ContextVar("lovia_store_unit_of_work", default=False)
+
+
+class _DriverNotes(logging.Filter):
+    """Drops the server notes asyncmy logs (at WARNING, through ``SHOW WARNINGS``)
+    for our own statements, and only those: ``INSERT IGNORE`` finding its row
+    ("Duplicate entry 'alice-r1' for key 'PRIMARY'") is how an idempotent write
+    works, not news, and the notes hold ids. A host's own statements keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _OURS.get()
+
+
+_DRIVER_NOTES = _DriverNotes()
+
+
+def _quiet_driver_notes() -> None:
+    driver_logger = logging.getLogger("asyncmy")
+    if _DRIVER_NOTES not in driver_logger.filters:
+        driver_logger.addFilter(_DRIVER_NOTES)
 
 
 class Failed(Exception):
@@ -168,6 +193,9 @@ class AsyncRunner(Runner):
             # assume sqlite3's default (5 s), what an engine gets unless told otherwise.
             self.busy_wait = 5.0
         self._owned = owned
+        self._quiet = self.dialect in ("mysql", "mariadb")
+        if self._quiet:
+            _quiet_driver_notes()
         self.hide_parameters = engine.sync_engine.hide_parameters or not owned
         self._recreate = recreate
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngines] = {}
@@ -183,11 +211,15 @@ class AsyncRunner(Runner):
         return found
 
     async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
+        quiet = _OURS.set(True) if self._quiet else None
         try:
             return await greenlet_spawn(_on_sync_engine, engine.sync_engine, work)
         except (Failed, ConnectFailed) as failed:
             error = failed.translated(display_url(self.url), hide=self.hide_parameters)
             raise error from failed.error
+        finally:
+            if quiet is not None:
+                _OURS.reset(quiet)
 
     async def run(self, work: Work[T], *, write: bool, single_statement: bool = False) -> T:
         engines = self._engines()

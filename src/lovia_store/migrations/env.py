@@ -17,6 +17,7 @@ import os
 
 from alembic import context
 
+import lovia_store.db.mysql_ddl  # noqa: F401  (our primary keys unnamed on MySQL)
 from lovia_store.db.schema import configure_context, run_command_line
 
 config = context.config
