@@ -22,9 +22,10 @@ leaves ``running`` or is deleted.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, Self
 
 from .._json import dump_object
@@ -179,6 +180,7 @@ class SQLCheckpointer:
     def _setup(self, lease_ttl: float | None) -> None:
         self.lease_ttl = None if lease_ttl is None else check_ttl(lease_ttl)
         self._held: dict[str, HeldLease] = {}
+        self._pending: dict[str, asyncio.Future[None]] = {}  # lease changes in flight
         self._fresh: set[str] = set()  # runs this instance found absent (or deleted)
 
     @property
@@ -187,17 +189,38 @@ class SQLCheckpointer:
         return self._native.database
 
     async def _hold(self, run_id: str) -> HeldLease | None:
+        # lovia stops a run by cancelling it, maybe while this worker takes or
+        # releases the run's lease. Both finish regardless (shielded) and are
+        # waited for here: a lease orphaned by a cancelled caller would refuse
+        # this very worker the run with RunInProgressError until it expired.
+        pending = self._pending.get(run_id)
+        if pending is not None:
+            await asyncio.wait([pending])
         held = self._held.get(run_id)
         if held is None and self.lease_ttl is not None:
             held = HeldLease(self._native, run_id, self.lease_ttl)
-            await held.__aenter__()
-            self._held[run_id] = held
+            await self._shielded(run_id, self._enter(run_id, held))
         return held
+
+    async def _enter(self, run_id: str, held: HeldLease) -> None:
+        await held.__aenter__()
+        self._held[run_id] = held
 
     async def _let_go(self, run_id: str) -> None:
         held = self._held.pop(run_id, None)
         if held is not None:
-            await held.__aexit__(None, None, None)
+            await self._shielded(run_id, held.__aexit__(None, None, None))
+
+    async def _shielded(self, run_id: str, change: Coroutine[Any, Any, None]) -> None:
+        task = self._pending[run_id] = asyncio.ensure_future(change)
+        task.add_done_callback(lambda _: self._settled(run_id, task))
+        await asyncio.shield(task)
+
+    def _settled(self, run_id: str, task: asyncio.Future[None]) -> None:
+        if self._pending.get(run_id) is task:
+            del self._pending[run_id]
+        if not task.cancelled():
+            task.exception()  # seen: a cancelled caller's RunInProgressError is not news
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         """The run as stored, or None; a run that can resume is leased to this worker first."""
@@ -256,6 +279,8 @@ class SQLCheckpointer:
 
     async def close(self) -> None:
         """Release the leases this worker holds, then the database if it is ours."""
+        if self._pending:  # a lease still being taken is released too
+            await asyncio.wait(list(self._pending.values()))
         for run_id in list(self._held):
             await self._let_go(run_id)
         await self._native.close()
