@@ -1,5 +1,7 @@
 """lovia-store: durable conversation history and run checkpoints for LLM agents."""
 
+import logging
+
 from ._version import __version__ as __version__
 from .db.database import Database
 from .entries import (
@@ -66,6 +68,9 @@ from .stores.segments import Segment, Session
 from .stores.sql_checkpoints import SQLCheckpointer, SQLiteCheckpointer
 from .stores.sql_sessions import SQLiteSession, SQLSession
 from .upgrade import UpgradeReport, check, upgrade
+
+# A library's loggers are silent until the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "Agent",

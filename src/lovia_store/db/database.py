@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,8 @@ from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file,
 __all__ = ["Database", "Work", "as_database"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _RETRIES = 6
 # SQLite takes its busy timeout as a C int of milliseconds.
@@ -267,6 +270,13 @@ class Database:
                         raise
                 elif attempts >= _RETRIES:
                     raise
+                # Contention is routine (DEBUG); a connection that failed is news (INFO).
+                logger.log(
+                    logging.DEBUG if isinstance(exc, StoreBusyError) else logging.INFO,
+                    "retrying after attempt %d: %s",
+                    attempts,
+                    exc,
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -25,6 +26,8 @@ from .runners import ConnectFailed, Failed, Runner, Work, transaction
 from .urls import display_url
 
 __all__ = ["ThreadRunner", "sqlite_listeners"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -118,10 +121,35 @@ def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeou
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         if wal:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            mode = cursor.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                _refused_wal(cursor, str(mode))
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
+
+
+_WAL_REFUSED: set[str] = set()
+_WAL_REFUSED_LOCK = threading.Lock()
+
+
+def _refused_wal(cursor: Any, mode: str) -> None:
+    """Say once per file that WAL was refused: SQLite falls back to its old journal
+    silently, and the only symptom is readers waiting for writers. File systems
+    without shared memory (some network mounts, some VFSes) refuse it."""
+    path = next((row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"), "")
+    if not path:  # in memory: no journal to choose
+        return
+    with _WAL_REFUSED_LOCK:
+        if path in _WAL_REFUSED:
+            return
+        _WAL_REFUSED.add(path)
+    logger.warning(
+        "%s: SQLite refused WAL journaling (journal mode is %r): readers will wait for "
+        "writers; a file system without shared memory (some network mounts) does this",
+        path,
+        mode,
+    )
 
 
 class ThreadRunner(Runner):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from logging.config import fileConfig
 
 from alembic import context
 
@@ -28,6 +29,10 @@ if connection is not None:
     with context.begin_transaction():
         context.run_migrations()
 else:
+    # The command line's own run: its ini's [loggers] say what to print (Alembic's
+    # "Running upgrade" lines). Never from code: the application owns logging there.
+    if config.config_file_name is not None:
+        fileConfig(config.config_file_name, disable_existing_loggers=False)
     x = context.get_x_argument(as_dictionary=True)
     url = (
         x.get("url")

@@ -9,6 +9,7 @@ and then finds a freshly renewed lease.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from uuid import uuid4
 
@@ -20,6 +21,8 @@ from ..errors import RunInProgressError, RunOwnershipLost
 from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
 
 __all__ = ["acquire", "drop_idle", "fence", "guard", "release"]
+
+logger = logging.getLogger(__name__)
 
 le = run_leases.c
 _NOW = select(db_clock_ms())
@@ -68,13 +71,35 @@ def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
         return _lease(values, ttl)
     if current is None:  # a racer inserted it first; its row is committed and locked now
         current = conn.execute(_CURRENT, {"run_id": run_id}).one()
-    if current.expires_ms > now and not holder_is_gone(current.holder):
+    gone = holder_is_gone(current.holder)
+    if current.expires_ms > now and not gone:
         raise RunInProgressError(
             run_id=run_id, holder=current.holder, expires_at=from_epoch_ms(current.expires_ms)
         )
+    if current.expires_ms:  # a lease still held (release sets 0): this is a takeover
+        _log_takeover(run_id, current.holder, current.token + 1, gone, now - current.expires_ms)
     values["token"] = current.token + 1
     conn.execute(update(run_leases).where(le.run_id == run_id).values(values))
     return _lease(values, ttl)
+
+
+def _log_takeover(run_id: str, holder: str, token: int, gone: bool, overdue_ms: int) -> None:
+    """A crashed worker's run resumed is recovery at work (INFO); one whose worker may
+    still be alive, stalled past its lease, is news (WARNING): its writes are refused
+    from now on. Runs inside the transaction: a rolled-back takeover may be logged."""
+    if gone:
+        logger.info(
+            "run %r: lease %d taken over from %s, whose process is gone", run_id, token, holder
+        )
+    else:
+        logger.warning(
+            "run %r: lease %d taken over from %s, %.1f s past its expiry without renewal "
+            "(a stalled or crashed worker; its later writes are refused)",
+            run_id,
+            token,
+            holder,
+            overdue_ms / 1000,
+        )
 
 
 def guard(conn: Connection, lease: RunLease) -> RunLease:
