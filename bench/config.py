@@ -27,6 +27,7 @@ class Scale:
     w8_load_sizes: tuple[int, ...]
     w9_writers: int
     w9_runs_per_writer: int
+    w10_runs: int
     trial_timeout_s: float
 
 
@@ -51,6 +52,7 @@ SCALES: dict[str, Scale] = {
         w8_load_sizes=(40, 80),
         w9_writers=4,
         w9_runs_per_writer=3,
+        w10_runs=1,
         trial_timeout_s=60,
     ),
     # Everyday run: the sizes where cheap, smaller where prefill would dominate.
@@ -73,6 +75,7 @@ SCALES: dict[str, Scale] = {
         w8_load_sizes=(1_000, 10_000),
         w9_writers=4,
         w9_runs_per_writer=100,
+        w10_runs=30,
         trial_timeout_s=600,
     ),
     # The full sizes: W5 at 100,000 messages, W8 up to the 10,000th run.
@@ -95,6 +98,7 @@ SCALES: dict[str, Scale] = {
         w8_load_sizes=(1_000, 10_000, 100_000),
         w9_writers=4,
         w9_runs_per_writer=300,
+        w10_runs=100,
         trial_timeout_s=1_800,
     ),
 }

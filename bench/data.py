@@ -35,6 +35,12 @@ def _pool() -> tuple[str, ...]:
     return tuple(blobs)
 
 
+def blob(index: int) -> str:
+    """One of the ~1.8 KB texts the runs' tool results are made of."""
+    pool = _pool()
+    return pool[index % len(pool)]
+
+
 def make_run(index: int) -> Run:
     """Return run number ``index`` (deterministic, distinct per index)."""
     pool = _pool()

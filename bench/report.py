@@ -105,6 +105,8 @@ def same_durability(results: Results, backend: str, counterpart: str) -> str:
     does not (DELETE and WAL at FULL are equally durable), so a journal-only
     difference reads "same durability".
     """
+    if BACKENDS[backend].pg != BACKENDS[counterpart].pg:
+        return "different engines (PostgreSQL: server settings)"
     if BACKENDS[backend].pg:
         return "same server"
     mine, theirs = results.durability(counterpart), results.durability(backend)
@@ -160,11 +162,11 @@ def _workload_section(results: Results, workload: Workload, info: RunInfo) -> li
         )
     lines += _table(["backend", "library", *[m.label for m in metrics], "rounds ok", "note"], rows)
     ratio_metrics = [m for m in metrics if m.ratio]
+    pairs = [(b, c) for b in backends for c in BACKENDS[b].counterparts]
+    pairs += list(workload.cross_pairs)
     ratio_rows = []
-    for backend in backends:
-        for counterpart in BACKENDS[backend].counterparts:
-            if counterpart not in backends:
-                continue
+    for backend, counterpart in pairs:
+        if backend in backends and counterpart in backends:
             ratio_rows.append(
                 [
                     f"`{backend}`",

@@ -125,6 +125,10 @@ class Backend(ABC):
         """Append one entry plus the run head to a run checkpoint."""
         raise Unsupported("no checkpointer")
 
+    async def open_lovia_stores(self) -> tuple[Any, Any]:
+        """lovia's ``Session`` and ``Checkpointer`` on this backend, for lovia's Runner (W10)."""
+        raise Unsupported("no lovia Session/Checkpointer")
+
     async def open_raw_log(self) -> None:
         """Prepare the paged raw-message reader (W5)."""
         raise Unsupported("no raw-message paging")

@@ -29,11 +29,14 @@ class LoviaBackend(Backend):
         """lovia's stores hold no open connection between calls."""
 
     async def durability(self) -> dict[str, str]:
-        conn = self.session._connect()  # the exact connection setup lovia uses per call
+        # The exact connection setup lovia uses per call, on the store the workload wrote
+        # through (W10's checkpointer, else the session).
+        store = getattr(self, "probed", self.session)
+        conn = store._connect()
         try:
             return connection_settings(conn)
         finally:
-            self.session._release(conn)
+            store._release(conn)
 
     def convert_run(self, run: Run) -> Any:
         return [entry_from_dict(e) for e in run]
@@ -47,6 +50,15 @@ class LoviaBackend(Backend):
     async def open_checkpointer(self) -> None:
         self.checkpointer = SQLiteCheckpointer(self.ctx.sqlite_path("runs.db"), wal=self.wal)
         await self.checkpointer.load("warmup")
+
+    async def open_lovia_stores(self) -> tuple[Any, Any]:
+        # Own files: the Runner's rows do not share pages with other workloads' data.
+        session = SQLiteSession(self.ctx.sqlite_path("runner-sessions.db"), wal=self.wal)
+        checkpointer = SQLiteCheckpointer(self.ctx.sqlite_path("runner-runs.db"), wal=self.wal)
+        await session.load("warmup")  # the schema, before the clock
+        await checkpointer.load("warmup")
+        self.probed = checkpointer
+        return session, checkpointer
 
     def convert_entry(self, entry: Entry) -> Any:
         return entry_from_dict(entry)

@@ -107,7 +107,9 @@ class LoviaStoreBackend(Backend):
     async def durability(self) -> dict[str, str]:
         if self.pg:
             return {}
-        journal, sync, busy = await self.session.database.read(_pragmas)
+        # The store the workload wrote through: W10's checkpointer, else the session.
+        database = getattr(self, "probed", self.session).database
+        journal, sync, busy = await database.read(_pragmas)
         return {
             "journal_mode": str(journal),
             "synchronous": sync_name(sync),
@@ -146,6 +148,28 @@ class LoviaStoreBackend(Backend):
 
     def convert_entry(self, entry: Entry) -> Any:
         return self._entry_from_dict(entry)
+
+    async def open_lovia_stores(self) -> tuple[Any, Any]:
+        """``lovia_store.integrations.lovia``'s stores, opened as a lovia user would."""
+        try:
+            from lovia_store.integrations import lovia as integration
+        except Exception as exc:  # lovia missing, or the integration not there yet
+            raise Unsupported(f"no lovia_store.integrations.lovia: {exc}") from exc
+        sessions, runs = (self.ctx.sqlite_path(f"runner-{n}.db") for n in ("sessions", "runs"))
+        if self.pg:
+            session = integration.SQLSession(self._url())
+            checkpointer = integration.SQLCheckpointer(self._url())
+        elif self.synchronous is None:
+            session = integration.SQLiteSession(sessions, wal=self.wal)
+            checkpointer = integration.SQLiteCheckpointer(runs, wal=self.wal)
+        else:
+            session = integration.SQLSession(self._database(sessions))
+            checkpointer = integration.SQLCheckpointer(self._database(runs))
+        self.stores += [session, checkpointer]
+        await _warm_up(lambda: session.load("warmup"), self._target(sessions))
+        await _warm_up(lambda: checkpointer.load("warmup"), self._target(runs))
+        self.probed = checkpointer
+        return session, checkpointer
 
     async def checkpoint_step(self, run_id: str, entry: Any, turn: int) -> None:
         head = self._run_head(

@@ -52,6 +52,9 @@ class Workload:
     body: Body
     applies: Callable[[BackendSpec], bool] = _everywhere
     metrics_for: Callable[[Scale], tuple[Metric, ...]] | None = None
+    # (peer, lovia-store backend) ratio rows beyond the like-for-like counterparts:
+    # another engine, e.g. lovia's SQLite against lovia-store on PostgreSQL.
+    cross_pairs: tuple[tuple[str, str], ...] = ()
 
     def describe(self, scale: Scale) -> str:
         """The description with this scale's sizes filled in."""
