@@ -30,8 +30,12 @@ if connection is not None:
         context.run_migrations()
 else:
     # The command line's own run: its ini's [loggers] say what to print (Alembic's
-    # "Running upgrade" lines). Never from code: the application owns logging there.
-    if config.config_file_name is not None:
+    # "Running upgrade" lines), if it has a logging configuration at all (an ini
+    # may hold only [alembic]). Never from code: the application owns logging there.
+    sections = ("loggers", "handlers", "formatters")
+    if config.config_file_name is not None and all(
+        config.file_config.has_section(name) for name in sections
+    ):
         fileConfig(config.config_file_name, disable_existing_loggers=False)
     x = context.get_x_argument(as_dictionary=True)
     url = (
