@@ -396,7 +396,7 @@ async def test_schema_is_refused_where_it_has_no_meaning(tmp_path: Path) -> None
         await upgrade(tmp_path / "c.sqlite3", schema="agents")
     assert (
         await asyncio.to_thread(cli, ["upgrade", "--schema", "agents", str(tmp_path / "d.sqlite3")])
-        == 1
+        == 2  # a usage error (docs/cli.md)
     )
     assert not (tmp_path / "c.sqlite3").exists() and not (tmp_path / "d.sqlite3").exists()
     async with SQLiteSession(tmp_path / "e.sqlite3") as session:  # no schema: unaffected
