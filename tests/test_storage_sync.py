@@ -23,6 +23,7 @@ from lovia_store import (
     SyncRuntime,
     SyncSessionStorage,
     Usage,
+    UserError,
 )
 from lovia_store.storage import default_path
 
@@ -160,13 +161,14 @@ def test_closing_waits_for_a_write_its_caller_abandoned(tmp_path: Path) -> None:
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
     return tmp_path / "home"
 
 
 @pytest.mark.parametrize("factory", [SQLiteSessionStorage, SQLSessionStorage])
 def test_the_default_file_is_in_the_home_folder(home: Path, factory: Any) -> None:
     assert default_path() == home / ".lovia-store" / "sessions.sqlite3"
-    assert not home.exists()
+    assert not (home / ".lovia-store").exists()
     storage = factory()
     assert (home / ".lovia-store").is_dir()  # created at construction
     assert str(home / ".lovia-store" / "sessions.sqlite3") in storage.database.url
@@ -179,7 +181,10 @@ def test_the_default_file_is_in_the_home_folder(home: Path, factory: Any) -> Non
         again.close()
 
 
-def test_an_explicit_path_creates_its_folders(tmp_path: Path) -> None:
-    target = tmp_path / "a" / "b" / "store.sqlite3"
+def test_an_explicit_path_creates_its_own_folder_not_a_tree(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "store.sqlite3"
     SQLiteSessionStorage(target)
     assert target.parent.is_dir()
+    with pytest.raises(UserError, match="does not exist"):  # a mistyped path (issue 16)
+        SQLiteSessionStorage(tmp_path / "x" / "y" / "store.sqlite3")
+    assert not (tmp_path / "x").exists()
