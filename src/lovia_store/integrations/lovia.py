@@ -26,7 +26,7 @@ import asyncio
 import json
 import os
 from collections.abc import Coroutine, Sequence
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 from .._json import dump_object
 from ..entries import json_documents
@@ -34,7 +34,7 @@ from ..errors import MissingDriverError, UserError
 from ..stores import sql_checkpoints, sql_sessions
 from ..stores.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
 from ..stores.segments import check_append, check_count, check_id
-from ..stores.sql_base import StoreTarget
+from ..stores.sql_base import SQLStore, StoreTarget
 
 try:
     from lovia.checkpointer import RunHead, RunSnapshot
@@ -56,6 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a venv without lov
 
 __all__ = ["SQLCheckpointer", "SQLSession", "SQLiteCheckpointer", "SQLiteSession"]
 
+Native = TypeVar("Native", bound=SQLStore)
 _ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
 _RESUMABLE = ("running", "interrupted")
 
@@ -89,7 +90,30 @@ def decode_entries(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
     return [entry_from_dict(document) for document in json_documents(rows)]
 
 
-class SQLSession:
+class _Adapter(Generic[Native]):
+    """What both adapters share: the native store they wrap, and its lifetime."""
+
+    _native: Native
+
+    @property
+    def database(self) -> Any:
+        """The ``lovia_store.Database`` underneath (share it with other stores)."""
+        return self._native.database
+
+    async def close(self) -> None:
+        await self._native.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.url!r})"
+
+
+class SQLSession(_Adapter[sql_sessions.SQLSession]):
     """lovia's ``Session`` (with ``trim_tool_results`` and ``rewind``) on any SQL backend.
 
     ``target`` is what ``lovia_store.SQLSession`` takes: a URL, a SQLite path,
@@ -98,11 +122,6 @@ class SQLSession:
 
     def __init__(self, target: StoreTarget) -> None:
         self._native = sql_sessions.SQLSession(target)
-
-    @property
-    def database(self) -> Any:
-        """The ``lovia_store.Database`` underneath (share it with other stores)."""
-        return self._native.database
 
     async def segments(self, session_id: str) -> list[Segment]:
         parts = await self._native.segment_parts(session_id, decode_entries)
@@ -146,18 +165,6 @@ class SQLSession:
             checkpointer=native,  # type: ignore[arg-type]
         )
 
-    async def close(self) -> None:
-        await self._native.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database.url!r})"
-
 
 class SQLiteSession(SQLSession):
     """lovia's ``SQLiteSession(path, *, wal=False)``, on lovia-store's schema."""
@@ -166,7 +173,7 @@ class SQLiteSession(SQLSession):
         self._native = sql_sessions.SQLiteSession(path, wal=wal)
 
 
-class SQLCheckpointer:
+class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
     """lovia's ``Checkpointer`` on any SQL backend, with a lease per run.
 
     ``lease_ttl`` (seconds, default 30) is how long a lease outlives its last
@@ -182,11 +189,6 @@ class SQLCheckpointer:
         self._held: dict[str, HeldLease] = {}
         self._pending: dict[str, asyncio.Future[None]] = {}  # lease changes in flight
         self._fresh: set[str] = set()  # runs this instance found absent (or deleted)
-
-    @property
-    def database(self) -> Any:
-        """The ``lovia_store.Database`` underneath (share it with other stores)."""
-        return self._native.database
 
     async def _hold(self, run_id: str) -> HeldLease | None:
         # lovia stops a run by cancelling it, maybe while this worker takes or
@@ -284,15 +286,6 @@ class SQLCheckpointer:
         for run_id in list(self._held):
             await self._let_go(run_id)
         await self._native.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database.url!r})"
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
