@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -156,6 +156,14 @@ class Database:
         """The SQLAlchemy engine underneath (an ``AsyncEngine``, or for SQLite files
         lovia-store opens, the pysqlite ``Engine`` its worker threads use)."""
         return self._runner.engine
+
+    @property
+    def sync_engine(self) -> Engine:
+        """The synchronous ``Engine`` that SQLAlchemy's events and instrumentations
+        attach to (``engine`` itself on a SQLite file lovia-store opens, an
+        ``AsyncEngine``'s ``sync_engine`` otherwise): see docs/observability.md."""
+        engine = self._runner.engine
+        return engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     # -- schema ---------------------------------------------------------------
 

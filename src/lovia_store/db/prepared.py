@@ -16,13 +16,17 @@ first-use work per statement costs more than SQLite's own.
 
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
 (the SQLite engine lovia-store creates itself, unless ``echo=True``) the
-statement runs on the driver's cursor directly: for an append, SQLAlchemy's
-execution context costs as much as SQLite's own work. Driver errors are still
-wrapped as SQLAlchemy's ``DBAPIError`` subclasses (``hide_parameters``
-honoured); what these statements skip is SQL logging, cursor and error events
-and SQLAlchemy's disconnect check (the runner discards a connection after any
-driver error instead). The choice is made when the ``Database`` is created: to
-log or trace every statement, create it with ``echo=True``.
+statement runs on the driver's cursor directly, as long as nothing listens
+to the engine's ``before_cursor_execute``/``after_cursor_execute`` events:
+for an append, SQLAlchemy's execution context costs as much as SQLite's own
+work. Driver errors are still wrapped as SQLAlchemy's ``DBAPIError``
+subclasses (``hide_parameters`` honoured); what these statements skip is SQL
+logging, error events and SQLAlchemy's disconnect check (the runner discards
+a connection after any driver error instead). The choice is made per
+statement: once a listener is attached (OpenTelemetry's SQLAlchemy
+instrumentation, a host's own ``event.listen``), every statement runs through
+``exec_driver_sql`` and the listener sees it; removed, the fast path returns.
+To log every statement, create the ``Database`` with ``echo=True``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable
 
-__all__ = ["DRIVER_CURSOR", "Prepared", "Rows"]
+__all__ = ["DRIVER_CURSOR", "Prepared", "Rows", "traced"]
 
 DRIVER_CURSOR = "lovia_store_driver_cursor"
 """Execution option: run prepared statements on the driver's cursor."""
@@ -185,9 +189,24 @@ class Prepared:
                 for name in converted:
                     values[name] = processors[name](values[name])
                 arguments.append(plan.arrange(values))
-        if options.get(DRIVER_CURSOR):
+        if options.get(DRIVER_CURSOR) and not traced(conn):
             return _on_driver_cursor(conn, plan.sql, arguments, many=rows is not None)
         return conn.exec_driver_sql(plan.sql, arguments)
+
+
+def traced(conn: Connection) -> bool:
+    """Whether anything listens to ``conn``'s cursor executions (on its engine, an
+    engine it was derived from, or the ``Engine`` class): then a statement must go
+    through SQLAlchemy's execution path for the listener to see it.
+
+    Read per statement, so a listener attached to a running store's engine sees the
+    next statement. SQLAlchemy's own flags come first: with no engine event at all
+    (the untraced case) the check is two attribute reads.
+    """
+    if not (conn._has_events or conn.engine._has_events):
+        return False
+    dispatch = conn.dispatch
+    return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
 
 
 def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -32,6 +32,7 @@ from .urls import display_url
 
 __all__ = [
     "AsyncRunner",
+    "Bracket",
     "ConnectFailed",
     "Failed",
     "Runner",
@@ -92,22 +93,43 @@ class ConnectFailed(Exception):
         return connect_failure(self.error, database)
 
 
-def transaction(conn: Connection, work: Work[T], begin: Prepared | None = None) -> T:
-    """Run ``work`` in one transaction on ``conn``; ``begin`` is the statement that
-    opens it (pysqlite with its own transaction handling off), None for the driver's own."""
+class Bracket(NamedTuple):
+    """The statements that open, close and undo a transaction where lovia-store issues
+    them itself (pysqlite with its own transaction handling off)."""
+
+    begin: Prepared
+    commit: Prepared
+    rollback: Prepared
+
+
+def transaction(conn: Connection, work: Work[T], bracket: Bracket | None = None) -> T:
+    """Run ``work`` in one transaction on ``conn``.
+
+    With ``bracket``, BEGIN, COMMIT and ROLLBACK run as statements, so they reach
+    the engine's cursor listeners as every other statement does (SQLAlchemy's
+    own commit and rollback then find nothing left to do). Without it they are
+    the driver's (asyncpg, psycopg, asyncmy): only the engine's ``begin``,
+    ``commit`` and ``rollback`` events show them.
+    """
     committing = False
     try:
         transaction = conn.begin()
         try:
-            if begin is not None:
-                begin.execute(conn, {})
+            if bracket is not None:
+                bracket.begin.execute(conn, {})
             result = work(conn)
         except BaseException:
+            # SQLite ends a transaction itself on some errors: nothing to roll back then.
+            if bracket is not None and _driver_in_transaction(conn):
+                bracket.rollback.execute(conn, {})
             transaction.rollback()
             raise
         committing = True
         try:
-            transaction.commit()
+            # As sqlite3's own commit(): only what is open (work may have committed itself).
+            if bracket is not None and _driver_in_transaction(conn):
+                bracket.commit.execute(conn, {})
+            transaction.commit()  # after our COMMIT, the driver has nothing left to commit
         except DBAPIError:
             # SQLite keeps a transaction open when COMMIT is refused as busy, and
             # the pool would take the connection back still holding the file's
@@ -119,6 +141,14 @@ def transaction(conn: Connection, work: Work[T], begin: Prepared | None = None) 
         raise Failed(exc, committing) from exc
     except (TimeoutError, ConnectionError) as exc:  # asyncpg raises the socket's own
         raise Failed(exc, committing) from exc
+
+
+def _driver_in_transaction(conn: Connection) -> bool:
+    """Whether pysqlite's connection under ``conn`` is inside a transaction (False
+    once ``conn`` is closed: the pool's reset rolled it back)."""
+    if conn.closed or conn.invalidated:
+        return False
+    return bool(conn.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
 
 
 class Runner:

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from .prepared import DRIVER_CURSOR, Prepared
-from .runners import ConnectFailed, Failed, Runner, Work, transaction
+from .runners import Bracket, ConnectFailed, Failed, Runner, Work, transaction
 from .urls import display_url
 
 __all__ = ["ThreadRunner", "sqlite_listeners"]
@@ -32,9 +32,17 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _READERS = 3
-# Run like the hot statements: on the driver's cursor where the engine allows.
+# Run like the hot statements: on the driver's cursor where the engine allows, and
+# through SQLAlchemy (seen by its cursor listeners, as every statement) when traced.
 _BEGIN = Prepared(text("BEGIN"))
 _BEGIN_IMMEDIATE = Prepared(text("BEGIN IMMEDIATE"))
+_COMMIT = Prepared(text("COMMIT"))
+_ROLLBACK = Prepared(text("ROLLBACK"))
+
+
+def _bracket(*, write: bool) -> Bracket:
+    """A read's or a write's statements, read when used (tests swap them)."""
+    return Bracket(_BEGIN_IMMEDIATE if write else _BEGIN, _COMMIT, _ROLLBACK)
 
 
 class _Job:
@@ -95,9 +103,10 @@ def _run_batch(conn: Connection, jobs: list[_Job]) -> None:
                 savepoint.commit()
         committing = True
         try:
+            _COMMIT.execute(conn, {})
             transaction.commit()
         except DBAPIError:
-            conn.invalidate()  # as in _transaction: never keep a connection holding locks
+            conn.invalidate()  # as in transaction(): never keep a connection holding locks
             raise
     except DBAPIError as exc:
         raise Failed(exc, committing) from exc
@@ -182,7 +191,8 @@ class ThreadRunner(Runner):
         defaults: dict[str, Any] = {"connect_args": connect, "hide_parameters": True}
         if memory:
             defaults["poolclass"] = StaticPool
-        # Our hot statements skip SQLAlchemy's execution context, unless SQL is echoed.
+        # Our hot statements skip SQLAlchemy's execution context, unless SQL is echoed
+        # or something listens to the engine's cursor executions (prepared.traced).
         execution = {DRIVER_CURSOR: not echo, **options.get("execution_options", {})}
         self.engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
@@ -215,7 +225,7 @@ class ThreadRunner(Runner):
                 raise ConnectFailed(exc) from exc
             with conn:
                 try:
-                    result = transaction(conn, job.work, _BEGIN)
+                    result = transaction(conn, job.work, _bracket(write=False))
                 except Failed:
                     # As the writer does: a connection a driver error left in an
                     # unknown state is not pooled again.
@@ -256,9 +266,9 @@ class ThreadRunner(Runner):
                 connection.invalidate()
             connection.close()
 
-    def _on_writer_connection(self, job: _Job, begin: Prepared = _BEGIN) -> None:
+    def _on_writer_connection(self, job: _Job, *, write: bool = False) -> None:
         try:
-            result = transaction(self._connection(), job.work, begin)
+            result = transaction(self._connection(), job.work, _bracket(write=write))
         except Failed as exc:
             # Whatever state the driver left it in, start afresh.
             self._drop_connection(failed=True)
@@ -282,7 +292,7 @@ class ThreadRunner(Runner):
         with self._queue_lock:
             batch, self._queue = self._queue, []
         if len(batch) == 1:
-            self._on_writer_connection(batch[0], _BEGIN_IMMEDIATE)
+            self._on_writer_connection(batch[0], write=True)
         elif batch:
             try:
                 _run_batch(self._connection(), batch)
