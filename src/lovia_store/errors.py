@@ -12,6 +12,7 @@ __all__ = [
     "MissingDriverError",
     "RunInProgressError",
     "RunOwnershipLost",
+    "SchemaConflictError",
     "SchemaNotCurrentError",
     "SchemaVersionError",
     "SnapshotConflictError",
@@ -90,6 +91,25 @@ class JoinedLineageError(SchemaNotCurrentError):
             "run your application's `alembic upgrade heads` (or `alembic upgrade "
             "lovia_store@head`); none we know means a newer lovia-store wrote it (upgrade "
             "lovia), two means a host revision id collides with ours",
+        )
+
+
+class SchemaConflictError(LoviaStoreError):
+    """A table that is not lovia-store's has the name of one of ours; nothing was created.
+
+    lovia-store's tables all start with ``lovia_``. When a database with no
+    lovia-store schema yet already holds such a table with other columns (a
+    host's own, or another program's), lovia-store refuses to migrate it rather
+    than mistake it for its own.
+    """
+
+    def __init__(self, *, database: str, table: str) -> None:
+        self.database = database
+        self.table = table
+        super().__init__(
+            f"{database}: the table {table!r} is not lovia-store's (its columns differ), but "
+            "lovia-store needs that name; nothing was created. Rename or drop that table, or "
+            "give lovia-store a database (or a PostgreSQL schema=) of its own"
         )
 
 

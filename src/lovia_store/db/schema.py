@@ -33,10 +33,11 @@ from sqlalchemy import Connection, inspect, select, text
 from ..errors import (
     JoinedLineageError,
     LegacyBackupError,
+    SchemaConflictError,
     SchemaNotCurrentError,
     SchemaVersionError,
 )
-from .legacy_copy import ADOPTED_BY, keep_copy, legacy_tables
+from .legacy_copy import ADOPTED_BY, adoptable, keep_copy
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
 if TYPE_CHECKING:
@@ -141,6 +142,49 @@ class SchemaState:
     versions: dict[str, int] = field(default_factory=dict)
     joined: bool = False
     """Our tables without our version table: a host's Alembic ran our revisions."""
+    foreign: tuple[str, ...] = ()
+    """Tables with our names that are not ours (only looked for with no revision)."""
+
+
+_FIRST_TABLES = frozenset(
+    {
+        "lovia_schema",
+        "lovia_sessions",
+        "lovia_messages",
+        "lovia_session_runs",
+        "lovia_snapshots",
+        "lovia_run_heads",
+        "lovia_run_entries",
+    }
+)
+"""What revision 0001 creates, and so what a first migration that failed half-way on
+MySQL/MariaDB (where each DDL statement commits) may have left with no revision."""
+_LATER_COLUMNS = {"lovia_messages": frozenset({"updated_at"})}
+"""Columns of 0001's tables that later revisions add."""
+
+
+def _foreign_tables(
+    conn: Connection, schema: str | None, names: set[str], joined: bool
+) -> tuple[str, ...]:
+    """Tables named as ours, in a database with no revision of ours, that are not ours.
+
+    Ours there can only be what 0001 left (a MySQL/MariaDB first migration that
+    failed half-way): 0001's tables with 0001's columns, or in a joined lineage
+    any of ours with our columns. lovia 0.9's ``lovia_schema`` has ours too.
+    Anything else is a host's table, and taking it for ours would fail half-way.
+    """
+    inspector = inspect(conn)
+    foreign = []
+    for name in sorted(names & set(metadata.tables)):
+        if not joined and name not in _FIRST_TABLES:
+            foreign.append(name)
+            continue
+        head = {column.name for column in metadata.tables[name].columns}
+        first = head - _LATER_COLUMNS.get(name, frozenset())
+        columns = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        if not first <= columns <= head:
+            foreign.append(name)
+    return tuple(foreign)
 
 
 def _joined_revision(conn: Connection, schema: str | None, names: set[str]) -> str | None:
@@ -171,15 +215,19 @@ def read_state(conn: Connection) -> SchemaState:
         revision = MigrationContext.configure(conn, opts=opts).get_current_revision()
     elif joined:
         revision = _joined_revision(conn, schema, names)
+    foreign = _foreign_tables(conn, schema, names, joined) if revision is None else ()
     versions: dict[str, int] = {}
-    if schema_versions.name in names:
+    if schema_versions.name in names and schema_versions.name not in foreign:
         rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
         versions = {store: int(version) for store, version in rows}
-    return SchemaState(revision, versions, joined)
+    return SchemaState(revision, versions, joined, foreign)
 
 
 def refuse_newer(state: SchemaState, database: str) -> None:
-    """Raise ``SchemaVersionError`` if a newer version wrote this database."""
+    """Raise ``SchemaVersionError`` if a newer version wrote this database, and
+    ``SchemaConflictError`` if a table that is not ours has one of our names."""
+    if state.foreign:
+        raise SchemaConflictError(database=database, table=state.foreign[0])
     for store, version in sorted(state.versions.items()):
         if store not in KNOWN_VERSIONS:
             # Another lovia store's row (its web UI keeps "chat" here): not ours
@@ -263,7 +311,7 @@ def _pending(current: str | None, target: str) -> set[str]:
 def _to_convert(conn: Connection, current: str | None, target: str) -> dict[str, list[str]]:
     """Other programs' tables that the pending revisions will convert and drop."""
     pending = _pending(current, target)
-    found = legacy_tables(inspect(conn).get_table_names(schema=placed_schema(conn)))
+    found = adoptable(conn, placed_schema(conn))
     return {owner: tables for owner, tables in found.items() if ADOPTED_BY[owner] in pending}
 
 

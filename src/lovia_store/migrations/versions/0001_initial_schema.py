@@ -9,6 +9,13 @@ JSON list) and checkpoints in ``snapshot_heads``/``snapshot_turns``, with an
 empty ``lovia_schema`` table (version 0). When those tables are present their
 rows are copied into ours, entry by entry, and the old tables are dropped in
 the same transaction, so the file is either fully migrated or untouched.
+Tables are lovia's only beside its ``lovia_schema`` and with its columns
+(``legacy_copy.adoptable``): a host's table that shares a generic name is left alone.
+
+On MySQL/MariaDB every DDL statement commits by itself, so a first migration
+that failed half-way (a crash, a refused statement) leaves some of our tables
+and no version row; running it again creates only what is missing, so the next
+open finishes it. (Elsewhere DDL is transactional and nothing is left.)
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+from lovia_store.db.legacy_copy import adoptable
 from lovia_store.db.types import UTCDateTime
 
 revision: str = "0001"
@@ -39,16 +47,36 @@ MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf
 JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 
-def _create_tables(has_schema_table: bool) -> None:
-    if not has_schema_table:
-        op.create_table(
-            "lovia_schema",
-            sa.Column("store", sa.String(64), nullable=False),
-            sa.Column("version", sa.Integer(), nullable=False),
-            sa.PrimaryKeyConstraint("store", name="pk_lovia_schema"),
-            **MYSQL_TABLE,
-        )
-    op.create_table(
+class _Missing:
+    """Creates only the tables and indexes that do not exist yet (see the docstring)."""
+
+    def __init__(self, bind: sa.Connection, existing: set[str]) -> None:
+        self.bind = bind
+        self.existing = existing
+
+    def create_table(self, name: str, *columns: Any, **options: Any) -> None:
+        if name not in self.existing:
+            op.create_table(name, *columns, **options)
+
+    def create_index(self, name: str, table: str, columns: list[str]) -> None:
+        # A table of ours that a failed run left may have its indexes too.
+        if table in self.existing and name in self._indexes(table):
+            return
+        op.create_index(name, table, columns)
+
+    def _indexes(self, table: str) -> set[str]:
+        return {str(ix["name"]) for ix in sa.inspect(self.bind).get_indexes(table)}
+
+
+def _create_tables(ddl: _Missing) -> None:
+    ddl.create_table(
+        "lovia_schema",
+        sa.Column("store", sa.String(64), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("store", name="pk_lovia_schema"),
+        **MYSQL_TABLE,
+    )
+    ddl.create_table(
         "lovia_sessions",
         sa.Column("session_id", ID, nullable=False),
         sa.Column("parent_session_id", ID, nullable=True),
@@ -64,11 +92,11 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.PrimaryKeyConstraint("session_id", name="pk_lovia_sessions"),
         **MYSQL_TABLE,
     )
-    op.create_index(
+    ddl.create_index(
         "ix_lovia_sessions_updated_at_session_id", "lovia_sessions", ["updated_at", "session_id"]
     )
-    op.create_index("ix_lovia_sessions_parent_session_id", "lovia_sessions", ["parent_session_id"])
-    op.create_table(
+    ddl.create_index("ix_lovia_sessions_parent_session_id", "lovia_sessions", ["parent_session_id"])
+    ddl.create_table(
         "lovia_messages",
         sa.Column("session_id", ID, nullable=False),
         sa.Column("sequence", sa.BigInteger(), nullable=False),
@@ -104,7 +132,7 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.PrimaryKeyConstraint("session_id", "sequence", name="pk_lovia_messages"),
         **MYSQL_TABLE,
     )
-    op.create_table(
+    ddl.create_table(
         "lovia_session_runs",
         sa.Column("session_id", ID, nullable=False),
         sa.Column("run_id", ID, nullable=False),
@@ -121,12 +149,12 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.PrimaryKeyConstraint("session_id", "run_id", name="pk_lovia_session_runs"),
         **MYSQL_TABLE,
     )
-    op.create_index(
+    ddl.create_index(
         "ix_lovia_session_runs_session_id_position",
         "lovia_session_runs",
         ["session_id", "position"],
     )
-    op.create_table(
+    ddl.create_table(
         "lovia_snapshots",
         sa.Column("session_id", ID, nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
@@ -144,7 +172,7 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.PrimaryKeyConstraint("session_id", "version", name="pk_lovia_snapshots"),
         **MYSQL_TABLE,
     )
-    op.create_table(
+    ddl.create_table(
         "lovia_run_heads",
         sa.Column("run_id", ID, nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
@@ -155,10 +183,10 @@ def _create_tables(has_schema_table: bool) -> None:
         sa.PrimaryKeyConstraint("run_id", name="pk_lovia_run_heads"),
         **MYSQL_TABLE,
     )
-    op.create_index(
+    ddl.create_index(
         "ix_lovia_run_heads_status_updated_at", "lovia_run_heads", ["status", "updated_at"]
     )
-    op.create_table(
+    ddl.create_table(
         "lovia_run_entries",
         sa.Column("run_id", ID, nullable=False),
         sa.Column("position", sa.BigInteger(), nullable=False),
@@ -325,11 +353,12 @@ def _adopt_lovia_checkpoints(bind: sa.Connection, has_turns: bool) -> None:
 def upgrade() -> None:
     bind = op.get_bind()
     names = set(sa.inspect(bind).get_table_names())
-    _create_tables(has_schema_table="lovia_schema" in names)
-    if "session_runs" in names:
+    lovia = adoptable(bind).get("lovia 0.9", [])
+    _create_tables(_Missing(bind, names))
+    if "session_runs" in lovia:
         _adopt_lovia_sessions(bind)
-    if "snapshot_heads" in names:
-        _adopt_lovia_checkpoints(bind, has_turns="snapshot_turns" in names)
+    if "snapshot_heads" in lovia:
+        _adopt_lovia_checkpoints(bind, has_turns="snapshot_turns" in lovia)
     schema = sa.table("lovia_schema", sa.column("store"), sa.column("version"))
     op.execute(schema.delete().where(schema.c.store.in_(list(STORE_VERSIONS))))
     op.bulk_insert(

@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from lovia_store.db.legacy_copy import adoptable
 from lovia_store.db.types import UTCDateTime
 
 revision: str = "0002"
@@ -407,10 +408,13 @@ def _normalise_lovia_schema(bind: sa.Connection) -> None:
 
 
 def upgrade() -> None:
-    op.add_column("lovia_messages", sa.Column("updated_at", UTCDateTime(), nullable=True))
     bind = op.get_bind()
+    # Unless a run that failed half-way added it (MySQL/MariaDB commit each DDL statement).
+    if "updated_at" not in {c["name"] for c in sa.inspect(bind).get_columns("lovia_messages")}:
+        op.add_column("lovia_messages", sa.Column("updated_at", UTCDateTime(), nullable=True))
     _normalise_lovia_schema(bind)
-    if not set(ZETT_TABLES) <= set(sa.inspect(bind).get_table_names()):
+    # zett's only with zett's columns: a host's tables of the same names are the host's.
+    if "zett-agent" not in adoptable(bind):
         return
     stats = _stats(bind)
     session_ids = _adopt_sessions(bind, stats)
