@@ -43,7 +43,7 @@ from lovia_store import (
     entry_to_dict,
     function_tool,
 )
-from lovia_store.stores.leases import DEFAULT_LEASE_TTL
+from lovia_store.checkpoints.leases import DEFAULT_LEASE_TTL
 
 QUESTION = "combine x and y"
 EXIT_CODES = {"completed": 0, "ownership_lost": 3, "in_progress": 4}

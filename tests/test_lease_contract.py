@@ -38,8 +38,8 @@ from lovia_store import (
     UserError,
     function_tool,
 )
+from lovia_store.checkpoints.leases import this_holder
 from lovia_store.db.tables import run_leases
-from lovia_store.stores.leases import this_holder
 
 AnyCheckpointer = InMemoryCheckpointer | SQLCheckpointer
 HEAD = RunHead(agent_name="a")

@@ -37,9 +37,9 @@ from lovia_store import (
     SQLSession,
     entry_to_dict,
 )
+from lovia_store.checkpoints.leases import from_epoch_ms, holder_is_gone, this_holder
 from lovia_store.db.dialect import db_clock_ms
 from lovia_store.db.tables import metadata, run_leases
-from lovia_store.stores.leases import from_epoch_ms, holder_is_gone, this_holder
 
 CHILD = Path(__file__).with_name("lease_child.py")
 KINDS = ("sqlite_wal", "postgres", "mariadb")

@@ -38,7 +38,7 @@ from lovia_store import (
     check,
 )
 from lovia_store.db.tables import snapshots
-from lovia_store.storage.records import SNAPSHOT_COLUMNS, snapshot_from_row
+from lovia_store.sessions.raw_log.records import SNAPSHOT_COLUMNS, snapshot_from_row
 
 MANIFEST = json.loads((LEGACY / "zett-0.2.1.manifest.json").read_text())
 ZETT_TABLES = {"agent_sessions", "raw_messages", "session_snapshots"}

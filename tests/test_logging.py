@@ -124,7 +124,7 @@ async def test_a_lease_takeover_is_logged(tmp_path: Path, caplog: pytest.LogCapt
         await asyncio.sleep(0.2)
         await checkpointer.acquire_lease("stalled", ttl=30)
     takeovers = [r for r in ours(caplog) if "taken over" in r.getMessage()]
-    assert [r.name for r in takeovers] == ["lovia_store.stores.sql_leases"]
+    assert [r.name for r in takeovers] == ["lovia_store.checkpoints.sql_leases"]
     assert takeovers[0].levelno == logging.WARNING  # its holder (this process) still lives
     assert "'stalled'" in takeovers[0].getMessage()
 

@@ -41,9 +41,9 @@ async def test_a_replay_is_a_no_op_where_the_driver_names_no_constraint(
 ) -> None:
     """Where the driver names no constraint (or another one), the run is looked
     up: found, the append is the no-op."""
-    from lovia_store.stores import sql_sessions
+    from lovia_store.sessions import log
 
-    monkeypatch.setattr(sql_sessions, "violated_constraint", lambda exc: None)
+    monkeypatch.setattr(log, "violated_constraint", lambda exc: None)
     async with Database(pg_url) as db:
         store = SQLSession(db)
         await store.append("s", a_run("1"), run_id="r1")

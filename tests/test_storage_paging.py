@@ -20,7 +20,7 @@ from lovia_store import SQLSession, SQLSessionStorage
 from lovia_store.db.tables import messages, sessions
 from lovia_store.db.types import utcnow
 from lovia_store.entries import entry_to_json
-from lovia_store.storage.reads import offset_page_query, page_query
+from lovia_store.sessions.raw_log.reads import offset_page_query, page_query
 
 LONG = 20_000
 

@@ -25,7 +25,7 @@ from lovia_store import (
     Usage,
     UserError,
 )
-from lovia_store.storage import default_path
+from lovia_store.sessions.raw_log import default_path
 
 
 @pytest.fixture(params=[*SQLITE_KINDS, "postgres"])

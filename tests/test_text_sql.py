@@ -7,8 +7,9 @@ from sqlalchemy import column, create_engine, select, table
 from sqlalchemy.dialects import postgresql
 
 from lovia_store.db.text_sql import utf8_bytes_every_row
-from lovia_store.storage import reads
-from lovia_store.stores import sql_sessions
+from lovia_store.sessions import reads as session_reads
+from lovia_store.sessions import trim
+from lovia_store.sessions.raw_log import reads
 
 _DOCS = table("docs", column("entry_json"))
 
@@ -35,10 +36,10 @@ def test_whole_reads_take_bytes_where_the_driver_gains(dialect: object, every_ro
 @pytest.mark.parametrize(
     ("statement", "whole"),
     [
-        (sql_sessions._LOAD, True),
-        (sql_sessions._SEGMENT_ROWS, True),
-        (sql_sessions._BATCH, False),  # a LIMIT: a plan sorting first would convert every row
-        (sql_sessions._TRIM_CANDIDATES.statement, False),
+        (session_reads.LOAD, True),
+        (session_reads.SEGMENT_ROWS, True),
+        (session_reads.BATCH, False),  # a LIMIT: a plan sorting first would convert every row
+        (trim._TRIM_CANDIDATES.statement, False),
         (reads._PAGE, False),
         (reads._OFFSET_PAGE, False),  # an OFFSET converts every row it skips
         (reads._TAIL, False),

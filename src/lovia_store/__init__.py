@@ -3,6 +3,17 @@
 import logging
 
 from ._version import __version__ as __version__
+from .checkpoints.contract import (
+    Checkpointer,
+    EffectLog,
+    RunHead,
+    RunSnapshot,
+    RunSummary,
+    ToolEffect,
+)
+from .checkpoints.leases import RunLease, RunLeases
+from .checkpoints.memory import InMemoryCheckpointer
+from .checkpoints.sql import SQLCheckpointer, SQLiteCheckpointer
 from .db.database import Database
 from .entries import (
     AssistantTextEntry,
@@ -41,7 +52,9 @@ from .runs.agent import Agent, Model, ModelTurn, ScriptedModel
 from .runs.options import CheckpointOptions
 from .runs.runner import MaxTurnsExceeded, Runner, RunResult
 from .runs.tools import EffectMode, Tool, ToolContext, function_tool
-from .storage import (
+from .sessions.contract import Segment, Session
+from .sessions.memory import InMemorySession
+from .sessions.raw_log import (
     CompactedMessage,
     ContextSnapshot,
     MessageTiming,
@@ -53,20 +66,7 @@ from .storage import (
     SyncRuntime,
     SyncSessionStorage,
 )
-from .stores.checkpoint_models import (
-    Checkpointer,
-    EffectLog,
-    RunHead,
-    RunSnapshot,
-    RunSummary,
-    ToolEffect,
-)
-from .stores.leases import RunLease, RunLeases
-from .stores.memory_checkpoints import InMemoryCheckpointer
-from .stores.memory_sessions import InMemorySession
-from .stores.segments import Segment, Session
-from .stores.sql_checkpoints import SQLCheckpointer, SQLiteCheckpointer
-from .stores.sql_sessions import SQLiteSession, SQLSession
+from .sessions.sql import SQLiteSession, SQLSession
 from .upgrade import UpgradeReport, check, upgrade
 
 # A library's loggers are silent until the application configures logging.

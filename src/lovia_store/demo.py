@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checkpoints.sql import SQLCheckpointer
 from .db.database import Database
 from .entries import AssistantTextEntry, ReasoningEntry, ToolCallEntry
 from .errors import UserError
@@ -38,8 +39,7 @@ from .runs.agent import Agent, ModelTurn, ScriptedModel
 from .runs.options import CheckpointOptions
 from .runs.runner import Runner, RunResult
 from .runs.tools import ToolContext, function_tool
-from .stores.sql_checkpoints import SQLCheckpointer
-from .stores.sql_sessions import SQLSession
+from .sessions.sql import SQLSession
 
 __all__ = ["main"]
 

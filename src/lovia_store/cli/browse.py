@@ -18,8 +18,8 @@ from sqlalchemy import Connection, func, select
 from ..db.database import Database
 from ..db.tables import session_runs, sessions
 from ..entries import entry_to_dict
-from ..stores.segments import Segment
-from ..stores.sql_sessions import SQLSession
+from ..sessions.contract import Segment
+from ..sessions.sql import SQLSession
 from .options import URL_HELP, default_url, json_option, paging_options, schema_option, url_argument
 from .output import Output, printable
 from .transcript import describe

@@ -1,4 +1,7 @@
-"""The few statements whose SQL differs by dialect: upserts, insert-if-absent, the clock.
+"""What differs by dialect: capability flags, upserts, insert-if-absent, the clock.
+
+Code outside this module asks ``capabilities(conn)`` what the backend can do
+(RETURNING, one-statement writes), never for its name.
 
 Each statement is built and compiled once per dialect (``Prepared``), so the
 hot paths pay neither statement construction nor SQLAlchemy's per-execution
@@ -7,34 +10,58 @@ parameter handling on every call.
 
 from __future__ import annotations
 
-from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, Connection, Table, bindparam, select
+from sqlalchemy import BigInteger, Connection, Table, bindparam
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from .prepared import Prepared
-from .tables import sessions
-from .types import UTCDateTime
 
 __all__ = [
     "MYSQL",
-    "Bumped",
-    "bump_params",
-    "bump_session",
-    "bump_statement",
+    "Capabilities",
+    "capabilities",
     "db_clock_ms",
     "insert_ignore",
     "upsert",
 ]
 
 MYSQL = ("mysql", "mariadb")
-_DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
+
+
+class Capabilities(NamedTuple):
+    """What a backend's SQL can do, named after what the code paths need."""
+
+    returning: bool
+    """INSERT, UPDATE and upserts can RETURN the row written (MySQL and MariaDB
+    cannot here: their callers read the row, locked by the write, back)."""
+    one_statement_writes: bool
+    """Data-modifying CTEs and ``unnest()`` of arrays: a whole write as one
+    statement, run without BEGIN/COMMIT (PostgreSQL)."""
+    subquery_limits: bool
+    """LIMIT and OFFSET may be scalar subqueries (SQLite, PostgreSQL)."""
+
+
+_CAPABILITIES = {
+    "postgresql": Capabilities(returning=True, one_statement_writes=True, subquery_limits=True),
+    "sqlite": Capabilities(returning=True, one_statement_writes=False, subquery_limits=True),
+    "mysql": Capabilities(returning=False, one_statement_writes=False, subquery_limits=False),
+    "mariadb": Capabilities(returning=False, one_statement_writes=False, subquery_limits=False),
+}
+
+
+def capabilities(backend: Connection | Dialect | str) -> Capabilities:
+    """What ``backend`` (a connection, a dialect or a dialect's name) can do."""
+    if isinstance(backend, str):
+        return _CAPABILITIES[backend]
+    dialect = backend if isinstance(backend, Dialect) else backend.dialect
+    return _CAPABILITIES[dialect.name]
 
 
 @cache
@@ -56,26 +83,14 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     return bool(statement.execute(conn, values).rowcount == 1)
 
 
-class Bumped(NamedTuple):
-    """What ``bump_session`` reserved, and the session row it reserved it on."""
-
-    last_sequence: int
-    run_count: int
-    parent_session_id: str | None
-
-
-c = sessions.c
-_RETURNED = (c.last_sequence, c.run_count, c.parent_session_id)
-
-
 def upsert(
     dialect: str, table: Table, values: dict[str, Any], changes: dict[str, Any], returning: Any
 ) -> Executable:
     """Insert, or update the row whose primary key exists, in one statement.
 
-    MySQL has no RETURNING here: its callers read the (now locked) row back.
+    Without ``returning`` capability (MySQL) its callers read the (now locked) row back.
     """
-    if dialect in MYSQL:
+    if not _CAPABILITIES[dialect].returning:
         return mysql.insert(table).values(values).on_duplicate_key_update(**changes)
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
@@ -84,78 +99,6 @@ def upsert(
         .on_conflict_do_update(index_elements=list(table.primary_key.columns), set_=changes)
         .returning(*returning)
     )
-
-
-@cache
-def bump_statement(dialect: str) -> Executable:
-    """The upsert behind ``bump_session``, with its bound parameters: ``sid``,
-    ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
-    SQLite it returns ``last_sequence, run_count, parent_session_id``."""
-    now = bindparam("now", type_=UTCDateTime())
-    values = {
-        "session_id": bindparam("sid"),
-        "last_sequence": bindparam("messages"),
-        "message_count": bindparam("messages"),
-        "run_count": bindparam("runs"),
-        "created_at": now,
-        "updated_at": now,
-        **{name: bindparam(name) for name in _DISPLAY},
-    }
-    bumps = {
-        "last_sequence": c.last_sequence + bindparam("messages"),
-        "message_count": c.message_count + bindparam("messages"),
-        "run_count": c.run_count + bindparam("runs"),
-        "updated_at": now,
-    }
-    return upsert(dialect, sessions, values, bumps, _RETURNED)
-
-
-@cache
-def _bump(dialect: str) -> Prepared:
-    return Prepared(bump_statement(dialect))
-
-
-_BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
-
-
-def bump_params(
-    session_id: str,
-    *,
-    messages: int,
-    runs: int,
-    now: datetime,
-    create: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The parameters of ``bump_statement`` (see ``bump_session``)."""
-    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
-    params.update(_DISPLAY)
-    params.update(create or {})
-    return params
-
-
-def bump_session(
-    conn: Connection,
-    session_id: str,
-    *,
-    messages: int,
-    runs: int,
-    now: datetime,
-    create: dict[str, Any] | None = None,
-) -> Bumped:
-    """Create the session if needed and reserve ``messages`` sequences and ``runs`` positions.
-
-    One statement that also takes the session's row lock, so concurrent
-    appends to one session serialize here and never collide on a sequence.
-    ``create`` holds display columns used only when this call creates the row.
-    Returns the last reserved sequence and run position, and the row's parent
-    (so a caller can refuse a parent that differs from the stored one).
-    """
-    params = bump_params(session_id, messages=messages, runs=runs, now=now, create=create)
-    result = _bump(conn.dialect.name).execute(conn, params)
-    if conn.dialect.name in MYSQL:  # no RETURNING: the row is locked, read it back
-        result = _BUMPED.execute(conn, {"sid": session_id})
-    row = result.one()
-    return Bumped(int(row[0]), int(row[1]), row[2])
 
 
 class db_clock_ms(FunctionElement[int]):  # an SQL function, named like one

@@ -29,12 +29,15 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Self, TypeVar
 
 from .._json import dump_object
+from ..checkpoints import sql as sql_checkpoints
+from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
+from ..db.store import SQLStore, StoreTarget
 from ..entries import json_documents
 from ..errors import MissingDriverError, UserError
-from ..stores import sql_checkpoints, sql_sessions
-from ..stores.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
-from ..stores.segments import check_append, check_count, check_id
-from ..stores.sql_base import SQLStore, StoreTarget
+from ..sessions import sql as sql_sessions
+from ..sessions.contract import check_append
+from ..sessions.log import EncodedRun
+from ..validation import check_count, check_id
 
 try:
     from lovia.checkpointer import RunHead, RunSnapshot
@@ -73,9 +76,9 @@ def _dump(document: Any, what: str) -> str:
         raise UserError(f"{what} cannot be stored as JSON exactly: {exc}") from None
 
 
-def encode_entries(entries: Sequence[object]) -> sql_sessions.EncodedRun:
+def encode_entries(entries: Sequence[object]) -> EncodedRun:
     """lovia entries as stored rows: type, call id and the JSON of ``entry_to_dict``."""
-    run = sql_sessions.EncodedRun([], [], [])
+    run = EncodedRun([], [], [])
     for index, entry in enumerate(entries):
         if not isinstance(entry, _ENTRY_CLASSES):
             raise UserError(f"entries[{index}] is {_name(entry)}, not a lovia transcript entry")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..checkpoints.contract import Checkpointer, RunSnapshot
+from ..checkpoints.leases import DEFAULT_LEASE_TTL, check_ttl
 from ..errors import UserError
-from ..stores.checkpoint_models import Checkpointer, RunSnapshot
-from ..stores.leases import DEFAULT_LEASE_TTL, check_ttl
-from ..stores.segments import check_id
+from ..validation import check_id
 
 __all__ = ["CheckpointOptions", "IfRunExists"]
 

@@ -25,6 +25,8 @@ from uuid import uuid4
 
 from pydantic import JsonValue
 
+from ..checkpoints.contract import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
+from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease
 from ..entries import (
     AssistantTextEntry,
     InputEntry,
@@ -36,9 +38,8 @@ from ..entries import (
     drop_dangling_tool_calls,
 )
 from ..errors import LoviaStoreError, UserError
-from ..stores.checkpoint_models import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
-from ..stores.leases import DEFAULT_LEASE_TTL, HeldLease
-from ..stores.segments import Session, check_id
+from ..sessions.contract import Session
+from ..validation import check_id
 from .agent import MODEL_OUTPUT, Agent
 from .options import CheckpointOptions
 from .tools import Tool, ToolContext, result_entry

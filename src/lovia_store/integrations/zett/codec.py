@@ -5,7 +5,7 @@ The envelope is what zett-agent writes in ``raw_messages.message_json``:
 codec (``encode_messages``), so a message reads back equal and a row holds
 the same text zett would have written. The projection, the transcript
 entries lovia's view shows for it, comes from the envelope
-(``lovia_store.storage.zett_envelopes``, which adopted zett files go through
+(``envelopes.py`` beside this module, which adopted zett files go through
 too). Rows written by lovia's API have no envelope: their entry is turned
 into the zett message that says the same.
 """
@@ -50,8 +50,8 @@ from ...entries import (
     TranscriptEntry,
 )
 from ...errors import StoredValueError, UserError
-from ...storage.appends import Projection
-from ...storage.zett_envelopes import entries_from_envelope, text_of
+from ...sessions.raw_log.appends import Projection
+from .envelopes import entries_from_envelope, text_of
 
 __all__ = [
     "MESSAGE_CLASSES",

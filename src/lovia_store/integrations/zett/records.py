@@ -24,9 +24,9 @@ from zett_agent.json_types import json_object
 
 from ...entries import ToolCallEntry, entries_from_json_rows, expand_documents
 from ...errors import StoredValueError
-from ...storage.ids import record_id
-from ...storage.models import TIMING_FIELDS, USAGE_FIELDS
-from ...storage.records import stored_object
+from ...sessions.raw_log.ids import record_id
+from ...sessions.raw_log.models import TIMING_FIELDS, USAGE_FIELDS
+from ...sessions.raw_log.records import stored_object
 from .codec import decode_compacted, decode_envelopes, message_from_entries
 
 __all__ = ["records_from_rows", "snapshot_from_row", "summary_from_row", "view_from"]

@@ -17,9 +17,9 @@ from typing import Any
 from zett_agent.json_types import json_object
 
 from ...errors import LoviaStoreError, SnapshotConflictError, UserError
-from ...storage.ids import new_uuid7
-from ...storage.snapshots import SnapshotWording
-from ...stores.segments import check_id, check_integer
+from ...sessions.raw_log.ids import new_uuid7
+from ...sessions.raw_log.snapshots import SnapshotWording
+from ...validation import check_id, check_integer
 
 __all__ = [
     "ZETT_SNAPSHOTS",

@@ -32,20 +32,20 @@ from zett_agent.sync_runtime import SyncMethodsMixin
 
 from ...db.database import as_database
 from ...db.dialect import insert_ignore
+from ...db.store import StoreTarget
 from ...db.tables import sessions
 from ...db.types import utcnow
 from ...entries import Usage
 from ...errors import UserError
-from ...storage import models as core
-from ...storage.appends import PendingMessage
-from ...storage.reads import fetch_page, fetch_view, page_is_one_statement
-from ...storage.records import SUMMARY_COLUMNS
-from ...storage.rules import session_row_values
-from ...storage.snapshots import write_snapshot
-from ...storage.sql_storage import default_path
-from ...stores.segments import check_id, check_integer
-from ...stores.sql_base import StoreTarget
-from ...stores.sql_sessions import delete_session_rows
+from ...sessions.raw_log import models as core
+from ...sessions.raw_log.appends import PendingMessage
+from ...sessions.raw_log.reads import fetch_page, fetch_view, page_is_one_statement
+from ...sessions.raw_log.records import SUMMARY_COLUMNS
+from ...sessions.raw_log.rules import session_row_values
+from ...sessions.raw_log.snapshots import write_snapshot
+from ...sessions.raw_log.storage import default_path
+from ...sessions.rewind import delete_session_rows
+from ...validation import check_id, check_integer
 from . import codec, rules
 from .records import records_from_rows, summary_from_row, view_from
 

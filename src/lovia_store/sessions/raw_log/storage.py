@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import JsonValue
 from sqlalchemy import BigInteger, Connection, bindparam, select, update
 
-from ..db.dialect import insert_ignore
-from ..db.tables import sessions
-from ..db.types import utcnow
-from ..entries import TranscriptEntry, Usage
-from ..errors import UserError
-from ..stores.segments import check_id
-from ..stores.sql_base import SQLStore, StoreTarget
-from ..stores.sql_sessions import delete_session_rows
+from ...db.dialect import insert_ignore
+from ...db.store import SQLStore, StoreTarget
+from ...db.tables import sessions
+from ...db.types import utcnow
+from ...entries import TranscriptEntry, Usage
+from ...errors import UserError
+from ...validation import check_id
+from ..rewind import delete_session_rows
 from .appends import PendingMessage
 from .models import (
     CompactedMessage,

@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, func, select
 
-from ..db.tables import messages, sessions, snapshots
+from ...db.dialect import capabilities
+from ...db.tables import messages, sessions, snapshots
 from .models import SessionView
 from .records import RECORD_COLUMNS, SNAPSHOT_COLUMNS, records_from_rows, snapshot_from_row
 
@@ -115,7 +116,7 @@ def page_query(
 def page_is_one_statement(dialect: str, offset: int) -> bool:
     """Whether ``fetch_page`` runs one statement: always without an offset, and
     with one where the dialect takes subqueries in LIMIT/OFFSET."""
-    return not offset or dialect in ("sqlite", "postgresql")
+    return not offset or capabilities(dialect).subquery_limits
 
 
 def offset_page_query(

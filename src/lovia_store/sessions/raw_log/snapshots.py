@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, select, update
 
-from ..db.tables import messages, sessions, snapshots
-from ..db.types import utcnow
-from ..errors import SnapshotConflictError, UserError
+from ...db.tables import messages, sessions, snapshots
+from ...db.types import utcnow
+from ...errors import SnapshotConflictError, UserError
 from .ids import new_uuid7
 from .models import CompactedMessage, ContextSnapshot
 

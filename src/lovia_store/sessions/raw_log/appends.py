@@ -1,7 +1,7 @@
 """Appending one raw message: the row is built (and checked) first, then written in one go.
 
-The write never reads the history: ``bump_session`` reserves the next
-sequence on the session row (creating it on first use, with its display
+The write never reads the history: ``append_message`` (``sessions/log.py``)
+reserves the next sequence on the session row (creating it on first use, with its display
 values) in the upsert that also takes the row lock, and returns the stored
 parent, which must be the one the caller named.
 
@@ -19,10 +19,8 @@ from typing import Any
 
 from sqlalchemy import Connection, update
 
-from ..db.dialect import bump_session
-from ..db.tables import messages, sessions
-from ..db.types import utcnow
-from ..entries import (
+from ...db.tables import sessions
+from ...entries import (
     MULTIPLE_ENTRIES,
     TranscriptEntry,
     Usage,
@@ -30,8 +28,9 @@ from ..entries import (
     entries_document,
     entry_to_json,
 )
-from ..errors import UserError
-from ..stores.segments import check_id
+from ...errors import UserError
+from ...validation import check_id
+from ..log import append_message
 from .ids import new_uuid7
 from .models import TIMING_FIELDS, USAGE_FIELDS, MessageTiming
 from .rules import (
@@ -177,9 +176,8 @@ class PendingMessage:
 
     def write(self, conn: Connection) -> int:
         """Reserve the next sequence and insert the row; returns the sequence."""
-        now = utcnow()
         sid = self.session_id
-        bumped = bump_session(conn, sid, messages=1, runs=0, now=now, create=self.create)
+        bumped = append_message(conn, sid, self.row, create=self.create)
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.
             raise self.on_parent_mismatch(sid, bumped.parent_session_id, self.parent)
@@ -187,7 +185,4 @@ class PendingMessage:
             # Set whether or not this append created the session (a new row holds
             # these values already): one statement, only when values were given.
             conn.execute(update(sessions).where(s.session_id == sid).values(**self.display))
-        conn.execute(
-            messages.insert().values(**self.row, sequence=bumped.last_sequence, created_at=now)
-        )
         return bumped.last_sequence

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..entries import ToolResultEntry, TranscriptEntry, Usage
 from ..errors import UserError
-from .segments import check_count
+from ..validation import check_count
 
 __all__ = [
     "Checkpointer",

@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from ..entries import InputEntry, TranscriptEntry, Usage
+from ...entries import InputEntry, TranscriptEntry, Usage
 
 __all__ = [
     "CompactedMessage",

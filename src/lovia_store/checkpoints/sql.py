@@ -28,8 +28,9 @@ from sqlalchemy import (
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..db.dialect import MYSQL, insert_ignore, upsert
+from ..db.dialect import capabilities, insert_ignore, upsert
 from ..db.prepared import Prepared
+from ..db.store import SQLStore, StoreTarget
 from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import UTCDateTime, utcnow
 from ..entries import (
@@ -40,8 +41,9 @@ from ..entries import (
     entry_to_json,
 )
 from ..errors import ConflictError
+from ..validation import check_effect_ids, check_id
 from . import sql_leases
-from .checkpoint_models import (
+from .contract import (
     RunHead,
     RunSnapshot,
     RunStatus,
@@ -51,10 +53,7 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
-from .effect_ids import check_effect_ids
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
-from .segments import check_id
-from .sql_base import SQLStore, StoreTarget
 
 __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
@@ -132,11 +131,11 @@ def _append_step(
         "now": utcnow(),
     }
     dialect = conn.dialect.name
-    if dialect == "postgresql":
+    if capabilities(conn).one_statement_writes:
         _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": list(documents)})
         return
     result = _prepared_upsert(dialect).execute(conn, params)
-    if dialect in MYSQL:  # no RETURNING: read the locked row back
+    if not capabilities(conn).returning:  # read the locked row back
         result = _COUNT.execute(conn, {"run_id": run_id})
     last = int(result.scalar_one())
     if documents:

@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from ..db.tables import messages, sessions, snapshots
-from ..db.text_sql import utf8_bytes
-from ..entries import json_documents, name_unknown_entry
-from ..errors import StoredValueError
+from ...db.tables import messages, sessions, snapshots
+from ...db.text_sql import utf8_bytes
+from ...entries import json_documents, name_unknown_entry
+from ...errors import StoredValueError
 from .ids import record_id
 from .models import (
     TIMING_FIELDS,

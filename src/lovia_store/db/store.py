@@ -7,7 +7,7 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..db.database import Database, as_database
+from .database import Database, as_database
 
 __all__ = ["SQLStore", "StoreTarget"]
 

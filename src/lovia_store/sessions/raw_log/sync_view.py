@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from ..db.database import Database
-from .sql_storage import SQLSessionStorage
+from ...db.database import Database
+from .storage import SQLSessionStorage
 
 __all__ = ["SyncRuntime", "SyncSessionStorage"]
 

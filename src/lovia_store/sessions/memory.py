@@ -7,17 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._json import dump_object, load_object
+from ..checkpoints.contract import Checkpointer
 from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
-from .checkpoint_models import Checkpointer
-from .segments import (
-    Segment,
-    check_append,
-    check_call_ids,
-    check_count,
-    check_id,
-    rewind_split,
-    trim_entry,
-)
+from ..validation import check_call_ids, check_count, check_id
+from .contract import Segment, check_append
+from .trimming import rewind_split, trim_entry
 
 __all__ = ["InMemorySession"]
 

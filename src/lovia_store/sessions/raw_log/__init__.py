@@ -8,7 +8,7 @@ from .models import (
     SessionSummary,
     SessionView,
 )
-from .sql_storage import SQLiteSessionStorage, SQLSessionStorage, default_path
+from .storage import SQLiteSessionStorage, SQLSessionStorage, default_path
 from .sync_view import SyncRuntime, SyncSessionStorage
 
 __all__ = [

@@ -15,7 +15,7 @@ from uuid import uuid4
 
 from sqlalchemy import Connection, and_, bindparam, delete, exists, select, update
 
-from ..db.dialect import db_clock_ms, insert_ignore
+from ..db.dialect import capabilities, db_clock_ms, insert_ignore
 from ..db.tables import run_heads, run_leases
 from ..errors import RunInProgressError, RunOwnershipLost
 from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
@@ -105,7 +105,7 @@ def _log_takeover(run_id: str, holder: str, token: int, gone: bool, overdue_ms: 
 def guard(conn: Connection, lease: RunLease) -> RunLease:
     """Renew ``lease`` inside the caller's transaction, or refuse the whole write."""
     params = _params(lease) | {"ttl_ms": _ms(lease.ttl)}
-    if conn.dialect.name in ("postgresql", "sqlite"):
+    if capabilities(conn).returning:
         expires = conn.execute(_RENEW, params).scalar()
     elif conn.execute(_RENEW_NO_RETURNING, params).rowcount == 1:
         expires = conn.execute(_EXPIRES, {"run_id": lease.run_id}).scalar()

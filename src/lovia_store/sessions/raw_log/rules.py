@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._json import dump_object
-from ..entries import (
+from ..._json import dump_object
+from ...entries import (
     ENTRY_CLASSES,
     AssistantTextEntry,
     ReasoningEntry,
@@ -18,8 +18,8 @@ from ..entries import (
     TranscriptEntry,
     Usage,
 )
-from ..errors import UserError
-from ..stores.segments import check_count, check_id, check_integer
+from ...errors import UserError
+from ...validation import check_count, check_id, check_integer
 from .ids import new_uuid7
 from .models import CompactedMessage, MessageTiming
 

@@ -15,7 +15,8 @@ from uuid import uuid4
 
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
 from ..errors import RunInProgressError, RunOwnershipLost, UserError
-from .checkpoint_models import (
+from ..validation import check_effect_ids, check_id
+from .contract import (
     RunHead,
     RunSnapshot,
     RunStatus,
@@ -25,7 +26,6 @@ from .checkpoint_models import (
     check_listing,
     summary_of,
 )
-from .effect_ids import check_effect_ids
 from .leases import (
     DEFAULT_LEASE_TTL,
     RunLease,
@@ -35,7 +35,6 @@ from .leases import (
     lease_for,
     this_holder,
 )
-from .segments import check_id
 
 __all__ = ["InMemoryCheckpointer"]
 

@@ -1,0 +1,1 @@
+"""Run checkpoints: the Checkpointer contract, its SQL and in-memory stores, and run leases."""

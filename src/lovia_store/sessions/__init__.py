@@ -1,0 +1,1 @@
+"""Conversation history: lovia's Session contract, its SQL and in-memory stores, the Raw Log."""

@@ -1,0 +1,58 @@
+"""The lovia ``Session`` contract: what every session store promises, and an append's checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+from uuid import uuid4
+
+from .._json import dump_object
+from ..entries import TranscriptEntry, check_entries
+from ..validation import check_id
+
+__all__ = ["Segment", "Session", "check_append"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One finished run in a session: its id, its entries, its opaque meta."""
+
+    run_id: str
+    entries: list[TranscriptEntry]
+    meta: dict[str, Any] | None = field(default=None)
+
+
+@runtime_checkable
+class Session(Protocol):
+    """Conversation history as append-only per-run segments.
+
+    ``append`` is atomic and idempotent by ``run_id``: appending again under a
+    stored run id changes nothing and returns that id. A stored run is never
+    replaced. ``load`` is the flat concatenation of ``segments`` in run order.
+    """
+
+    async def segments(self, session_id: str) -> list[Segment]: ...
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]: ...
+
+    async def append(
+        self,
+        session_id: str,
+        entries: Sequence[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str: ...
+
+    async def clear(self, session_id: str) -> None: ...
+
+
+def check_append(
+    session_id: object, entries: Sequence[object], run_id: object, meta: object
+) -> tuple[str, list[TranscriptEntry], str | None]:
+    """An append's arguments, checked: the run id (a new one when omitted), the
+    entries, and the meta as exact JSON text (None when there is none)."""
+    check_id(session_id, "session_id")
+    chosen = uuid4().hex if run_id is None else check_id(run_id, "run_id")
+    return chosen, check_entries(entries), None if meta is None else dump_object(meta, "meta")

@@ -1,0 +1,312 @@
+"""Where a session's sequences come from: every path that adds rows to ``lovia_messages``.
+
+The invariant, made here and nowhere else: a session's sequences are reserved
+on its ``lovia_sessions`` row, by bumping ``last_sequence`` in the statement
+that also takes the row's lock (an upsert, which creates the row on first use).
+Concurrent appends to one session serialize on that row and never collide on
+a sequence, and no writer reads MAX() over the history. Sequences are
+allocated 1, 2, 3, ... without gaps; ``message_count`` is bumped beside
+``last_sequence``, so the two are equal until rows are deleted (a rewind
+lowers ``message_count`` only: a sequence is never reused). The Raw Log's
+offset pages (``raw_log/reads.py``) rely on that equality.
+
+The allocation paths, side by side:
+
+- ``bump_session``: the portable reservation (MySQL has no RETURNING and reads
+  the locked row back);
+- ``store_run``: a lovia run of N entries: on PostgreSQL one statement (the
+  bump as a CTE, ``_APPEND_IN_ONE_STATEMENT``), elsewhere the bump, the run
+  row, then the entries;
+- ``append_message``: one Raw Log message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from typing import Any, NamedTuple, cast
+
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    String,
+    Text,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    true,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Insert
+
+from ..db.dialect import capabilities, insert_ignore, upsert
+from ..db.errors import violated_constraint
+from ..db.prepared import Prepared
+from ..db.tables import messages, session_runs, sessions
+from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
+from ..entries import TranscriptEntry, call_id_of, entry_to_json
+
+__all__ = [
+    "Bumped",
+    "EncodedRun",
+    "append_message",
+    "bump_session",
+    "encode_run",
+    "store_run",
+]
+
+
+class Bumped(NamedTuple):
+    """What ``bump_session`` reserved, and the session row it reserved it on."""
+
+    last_sequence: int
+    run_count: int
+    parent_session_id: str | None
+
+
+c = sessions.c
+r = session_runs.c
+_DISPLAY = {"parent_session_id": None, "session_type": 0, "title": None, "agent_name": None}
+_RETURNED = (c.last_sequence, c.run_count, c.parent_session_id)
+
+
+@cache
+def bump_statement(dialect: str) -> Executable:
+    """The upsert behind ``bump_session``, with its bound parameters: ``sid``,
+    ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
+    SQLite it returns ``last_sequence, run_count, parent_session_id``."""
+    now = bindparam("now", type_=UTCDateTime())
+    values = {
+        "session_id": bindparam("sid"),
+        "last_sequence": bindparam("messages"),
+        "message_count": bindparam("messages"),
+        "run_count": bindparam("runs"),
+        "created_at": now,
+        "updated_at": now,
+        **{name: bindparam(name) for name in _DISPLAY},
+    }
+    bumps = {
+        "last_sequence": c.last_sequence + bindparam("messages"),
+        "message_count": c.message_count + bindparam("messages"),
+        "run_count": c.run_count + bindparam("runs"),
+        "updated_at": now,
+    }
+    return upsert(dialect, sessions, values, bumps, _RETURNED)
+
+
+@cache
+def _bump(dialect: str) -> Prepared:
+    return Prepared(bump_statement(dialect))
+
+
+_BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
+
+
+def bump_params(
+    session_id: str,
+    *,
+    messages: int,
+    runs: int,
+    now: datetime,
+    create: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``bump_statement`` (see ``bump_session``)."""
+    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
+    params.update(_DISPLAY)
+    params.update(create or {})
+    return params
+
+
+def bump_session(
+    conn: Connection,
+    session_id: str,
+    *,
+    messages: int,
+    runs: int,
+    now: datetime,
+    create: dict[str, Any] | None = None,
+) -> Bumped:
+    """Create the session if needed and reserve ``messages`` sequences and ``runs`` positions.
+
+    One statement that also takes the session's row lock, so concurrent
+    appends to one session serialize here and never collide on a sequence.
+    ``create`` holds display columns used only when this call creates the row.
+    Returns the last reserved sequence and run position, and the row's parent
+    (so a caller can refuse a parent that differs from the stored one).
+    """
+    params = bump_params(session_id, messages=messages, runs=runs, now=now, create=create)
+    result = _bump(conn.dialect.name).execute(conn, params)
+    if not capabilities(conn).returning:  # the row is locked: read it back
+        result = _BUMPED.execute(conn, {"sid": session_id})
+    row = result.one()
+    return Bumped(int(row[0]), int(row[1]), row[2])
+
+
+# One row per entry; the first four values are shared by every row of a run.
+_MESSAGE_COLUMNS = (
+    *("session_id", "request_id", "run_id", "created_at"),
+    *("sequence", "entry_type", "call_id", "entry_json"),
+)
+_INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
+_RUN_COLUMNS = (
+    *("session_id", "run_id", "position", "first_sequence"),
+    *("entry_count", "meta_json", "created_at"),
+)
+
+
+def _append_in_one_statement() -> Prepared:
+    """PostgreSQL: a whole append as one statement, run without BEGIN/COMMIT.
+
+    Data-modifying CTEs: the session counter bump (which takes the row lock
+    that serializes appends to one session), the run row, then the entries,
+    numbered from the run's first sequence. A run id already stored makes the
+    run row's insert, and with it the whole statement, fail (unique
+    violation): nothing of it stays, the bump included.
+    """
+    bump = cast(Insert, bump_statement("postgresql")).cte("bump")
+    sid = bindparam("sid", type_=String())
+    run_id = bindparam("run_id", type_=String())
+    count = bindparam("messages", type_=BigInteger())
+    now = bindparam("now", type_=UTCDateTime())
+    one = literal_column("1", BigInteger())
+    run = (
+        session_runs.insert()
+        .from_select(
+            list(_RUN_COLUMNS),
+            select(
+                sid,
+                run_id,
+                bump.c.run_count,
+                bump.c.last_sequence - count + one,
+                count,
+                bindparam("meta_json", type_=Text()),
+                now,
+            ),
+        )
+        .returning(r.first_sequence)
+        .cte("run")
+    )
+    entries = func.unnest(
+        bindparam("entry_types", type_=TEXT_ARRAY),
+        bindparam("call_ids", type_=TEXT_ARRAY),
+        bindparam("documents", type_=TEXT_ARRAY),
+    ).table_valued("entry_type", "call_id", "entry_json", with_ordinality="ordinality")
+    entries = entries.render_derived(name="given")
+    rows = messages.insert().from_select(
+        list(_MESSAGE_COLUMNS),
+        select(
+            sid,
+            run_id,
+            run_id,
+            now,
+            run.c.first_sequence + entries.c.ordinality - one,
+            entries.c.entry_type,
+            entries.c.call_id,
+            entries.c.entry_json,
+        ).select_from(run.join(entries, true())),
+    )
+    return Prepared(select(run.c.first_sequence).add_cte(rows.cte("entries")))
+
+
+_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+
+_RUN_STORED = select(r.position).where(
+    r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")
+)
+_RUN_KEY = session_runs.primary_key.name
+
+
+class EncodedRun(NamedTuple):
+    """A run's entries as stored: each one's type, call id and JSON document.
+
+    What ``append`` writes, built once from any entry model (ours, or a
+    framework's own at the integration boundary).
+    """
+
+    types: list[str]
+    call_ids: list[str | None]
+    documents: list[str]
+
+
+def encode_run(entries: Sequence[TranscriptEntry]) -> EncodedRun:
+    return EncodedRun(
+        [entry.type for entry in entries],
+        [call_id_of(entry) for entry in entries],
+        [entry_to_json(entry) for entry in entries],
+    )
+
+
+def store_run(
+    conn: Connection, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+) -> bool:
+    """Write one run and its entries; False (with the session already bumped: roll
+    back) when the run id is stored. One statement on PostgreSQL (which leaves
+    nothing behind when it finds the run id stored), three elsewhere."""
+    now = utcnow()
+    count = len(run.documents)
+    bump = bump_params(session_id, messages=count, runs=1, now=now)
+    if capabilities(conn).one_statement_writes:  # the one-statement twin of what follows
+        params = {
+            **bump,
+            "run_id": run_id,
+            "meta_json": meta_json,
+            "entry_types": run.types,
+            "call_ids": run.call_ids,
+            "documents": run.documents,
+        }
+        try:
+            _APPEND_IN_ONE_STATEMENT.execute(conn, params)
+        except IntegrityError as exc:
+            # A violation of the run key is the no-op, even when a clear() has
+            # removed the run since. Where the driver names no constraint, or
+            # another one, the run is looked up.
+            if violated_constraint(exc) != _RUN_KEY:
+                key = {"sid": session_id, "run_id": run_id}
+                if conn.execute(_RUN_STORED, key).first() is None:
+                    raise
+            return False
+        return True
+    bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
+    first = bumped.last_sequence - count + 1
+    run_row = {
+        "session_id": session_id,
+        "run_id": run_id,
+        "position": bumped.run_count,
+        "first_sequence": first,
+        "entry_count": count,
+        "meta_json": meta_json,
+        "created_at": now,
+    }
+    if not insert_ignore(conn, session_runs, run_row):
+        return False
+    if count:
+        shared = {
+            "session_id": session_id,
+            "request_id": run_id,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        rows = [
+            {"sequence": first + i, "entry_type": kind, "call_id": call_id, "entry_json": document}
+            for i, (kind, call_id, document) in enumerate(zip(*run, strict=True))
+        ]
+        _INSERT_MESSAGES.execute(conn, shared, rows)
+    return True
+
+
+def append_message(
+    conn: Connection, session_id: str, row: dict[str, Any], *, create: dict[str, Any]
+) -> Bumped:
+    """Reserve the next sequence for one message and insert ``row`` under it.
+
+    ``create`` holds the display columns used only when this creates the
+    session. The caller checks the returned parent and raises to roll back.
+    """
+    now = utcnow()
+    bumped = bump_session(conn, session_id, messages=1, runs=0, now=now, create=create)
+    values = {**row, "sequence": bumped.last_sequence, "created_at": now}
+    conn.execute(messages.insert().values(**values))
+    return bumped

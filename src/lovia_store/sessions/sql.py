@@ -1,0 +1,199 @@
+"""``SQLSession``: lovia's session contract on the shared Raw Log schema.
+
+A session's entries are rows of ``lovia_messages`` in sequence order; each
+finished run also has a ``lovia_session_runs`` row (its position, the range it
+covers, its meta) whose primary key makes ``append`` idempotent by run id.
+Messages written one at a time through the Raw Log API belong to no run: in
+the segment view, consecutive messages that share a ``request_id`` form one
+segment whose run id is that request id and whose meta is None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from ..checkpoints.contract import Checkpointer
+from ..checkpoints.sql import delete_runs
+from ..db.store import SQLStore, StoreTarget
+from ..entries import TranscriptEntry, entries_from_json_rows, expand_documents
+from ..validation import check_call_ids, check_count, check_id
+from .contract import Segment, check_append
+from .log import EncodedRun, encode_run, store_run
+from .reads import BATCH, LOAD, SEGMENT_ROWS, SEGMENT_RUNS, build_segments
+from .rewind import delete_session_rows, rewind_rows
+from .trim import trim_rows
+
+__all__ = ["SQLSession", "SQLiteSession"]
+
+E = TypeVar("E")
+
+
+class _AlreadyStored(Exception):
+    """Rolls back an append whose run id is already stored (the idempotent no-op)."""
+
+
+class SQLSession(SQLStore):
+    """Lovia sessions on any SQL backend; see ``Session`` for the contract."""
+
+    def __init__(self, target: StoreTarget) -> None:
+        super().__init__(target)
+
+    # -- reading --------------------------------------------------------------
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]:
+        """Every entry of the session, in order (the flat view of ``segments``)."""
+        return entries_from_json_rows(await self.load_documents(session_id))
+
+    async def load_documents(self, session_id: str) -> Sequence[str | bytes]:
+        """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> Sequence[str | bytes]:
+            return conn.execute(LOAD, {"sid": session_id}).scalars().all()
+
+        # One document per entry: a row holding several (a zett message) is split.
+        return expand_documents(await self.database.read(work, single_statement=True))
+
+    def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
+        """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
+        big to hold. Memory stays bounded by one batch whatever the session's length.
+
+        Each batch is one read transaction, a key range on the sequence (an index
+        seek, so the last batch costs what the first did). Entries appended while
+        iterating may or may not be included at the end; an entry is never
+        yielded twice or out of order. Arguments are checked here, not at the
+        first iteration.
+        """
+        check_id(session_id, "session_id")
+        check_count(batch, "batch", minimum=1)
+        return self._batches(session_id, batch)
+
+    async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
+        after = 0
+        while True:
+
+            def work(conn: Connection, after: int = after) -> Sequence[Any]:
+                params = {"sid": session_id, "after": after, "size": size}
+                return conn.execute(BATCH, params).all()
+
+            rows = await self.database.read(work, single_statement=True)
+            for entry in entries_from_json_rows([row.entry_json for row in rows]):
+                yield entry
+            if len(rows) < size:
+                return
+            after = rows[-1].sequence
+
+    async def segments(self, session_id: str) -> list[Segment]:
+        parts = await self.segment_parts(session_id, entries_from_json_rows)
+        return [Segment(run_id, entries, meta) for run_id, entries, meta in parts]
+
+    async def segment_parts(
+        self, session_id: str, decode: Callable[[Sequence[str | bytes]], list[E]]
+    ) -> list[tuple[str, list[E], dict[str, Any] | None]]:
+        """``segments`` as (run id, entries, meta), the entries decoded from their stored
+        documents by ``decode`` (for adapters with entry models of their own)."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
+            rows = conn.execute(SEGMENT_ROWS, {"sid": session_id}).all()
+            runs = conn.execute(SEGMENT_RUNS, {"sid": session_id}).all()
+            return rows, runs
+
+        rows, runs = await self.database.read(work)
+        return build_segments(rows, runs, decode)
+
+    # -- writing --------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        entries: Sequence[TranscriptEntry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
+        run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
+        await self.append_encoded(session_id, run_id, meta_json, encode_run(stored))
+        return run_id
+
+    async def append_encoded(
+        self, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+    ) -> None:
+        """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
+        check_call_ids(run.call_ids)
+
+        def work(conn: Connection) -> None:
+            if not store_run(conn, session_id, run_id, meta_json, run):
+                raise _AlreadyStored
+
+        # On PostgreSQL the append is one statement, atomic and idempotent by run id.
+        with contextlib.suppress(_AlreadyStored):
+            await self.database.write(work, single_statement=True)
+
+    async def clear(self, session_id: str) -> None:
+        """Delete the session: its entries, runs, snapshots and identity."""
+        check_id(session_id, "session_id")
+
+        def work(conn: Connection) -> None:
+            delete_session_rows(conn, session_id)
+
+        await self.database.write(work)
+
+    async def trim_tool_results(
+        self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
+    ) -> int:
+        """Truncate stored tool outputs older than the last ``keep_runs`` runs.
+
+        Order, count and call-id pairing are preserved and a trimmed output is
+        recognised by its marker, so running it again is a no-op. Returns how
+        many outputs were trimmed.
+        """
+        check_id(session_id, "session_id")
+        check_count(keep_chars, "keep_chars", minimum=0)
+        check_count(keep_runs, "keep_runs", minimum=0)
+
+        def work(conn: Connection) -> int:
+            return trim_rows(conn, session_id, keep_chars, keep_runs)
+
+        return await self.database.write(work)
+
+    async def rewind(
+        self, session_id: str, *, keep_entries: int, checkpointer: Checkpointer | None = None
+    ) -> int:
+        """Drop everything after the first ``keep_entries`` entries of ``load()``.
+
+        Whole later runs go; the run the cut lands in is truncated, loses its
+        dangling tool calls and its meta. Compaction snapshots that cover any
+        removed entry go too. With ``checkpointer``, the checkpoints of every
+        run the cut touched are deleted as well (in the same transaction when
+        the checkpointer shares this database), so a later resume cannot
+        replay the undone tail. Returns the number of entries removed.
+        """
+        check_id(session_id, "session_id")
+        check_count(keep_entries, "keep_entries", minimum=0)
+        same_database = getattr(checkpointer, "database", None) is self.database
+
+        def work(conn: Connection) -> tuple[int, list[str]]:
+            removed, touched = rewind_rows(conn, session_id, keep_entries)
+            if same_database:
+                delete_runs(conn, touched)
+            return removed, touched
+
+        removed, touched = await self.database.write(work)
+        if checkpointer is not None and not same_database:
+            for run_id in touched:
+                await checkpointer.delete(run_id)
+        return removed
+
+
+class SQLiteSession(SQLSession):
+    """``SQLSession`` on a SQLite file; ``wal=True`` for files shared by several writers."""
+
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
+        SQLStore.__init__(self, path, wal=wal)
