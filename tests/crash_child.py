@@ -4,6 +4,11 @@ Usage: python crash_child.py URL KILL EXEC_LOG, where KILL is ``none``, ``cp:N``
 right after the N-th checkpoint write committed) or ``session`` (SIGKILL right after the
 session append, before ``delete_on_success`` deletes the snapshot). Tools append their
 call id to EXEC_LOG (fsynced) each time they really execute.
+
+``python crash_child.py URL loop|loop-wal ACK_LOG`` is a writer for the fault suite
+(tests/test_faults.py): it appends runs to one session and checkpoint steps to one
+run, forever, and writes each step's number to ACK_LOG (fsynced) once both calls
+returned, i.e. were acknowledged; the parent kills it at a random moment.
 """
 
 from __future__ import annotations
@@ -39,6 +44,43 @@ from lovia_store import (
 
 RUN_ID = "crash-run"
 SESSION_ID = "crash-session"
+LOOP_SESSION = "loop-session"
+LOOP_RUN = "loop-run"
+LOOP_TEXT = "x" * 20_000  # big enough that a kill often lands mid-write
+
+
+def loop_entries(step: int) -> list[TranscriptEntry]:
+    """What step ``step`` appends to the session (one whole run): four entries."""
+    return [
+        ReasoningEntry(content=f"think {step}"),
+        ToolCallEntry(call_id=f"c{step}", name="lookup", arguments='{"key": "x"}'),
+        AssistantTextEntry(content=f"step {step} {LOOP_TEXT}"),
+        AssistantTextEntry(content=f"done {step}"),
+    ]
+
+
+def _acknowledge(ack_path: str, step: int) -> None:
+    with open(ack_path, "a") as ack:
+        ack.write(f"{step}\n")
+        ack.flush()
+        os.fsync(ack.fileno())
+
+
+async def loop(url: str, wal: bool, ack_path: str) -> None:
+    """Session ``loop-session-<stem of ACK_LOG>``, checkpointed run ``loop-run-<stem>``."""
+    stem = os.path.splitext(os.path.basename(ack_path))[0]
+    session_id, run_id = f"{LOOP_SESSION}-{stem}", f"{LOOP_RUN}-{stem}"
+    db = Database(url, wal=wal)
+    session = SQLSession(db)
+    checkpointer = SQLCheckpointer(db)
+    step = 0
+    while True:
+        step += 1
+        await session.append(session_id, loop_entries(step), run_id=f"run-{step:05d}")
+        head = RunHead(agent_name="loop", turns=step)
+        entry = AssistantTextEntry(content=f"turn {step} {LOOP_TEXT}")
+        await checkpointer.append(run_id, [entry], head)
+        _acknowledge(ack_path, step)
 
 
 def script() -> ScriptedModel:
@@ -141,4 +183,7 @@ async def main(url: str, kill: str, log_path: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    if sys.argv[2].startswith("loop"):
+        asyncio.run(loop(sys.argv[1], sys.argv[2] == "loop-wal", sys.argv[3]))
+    else:
+        asyncio.run(main(*sys.argv[1:4]))

@@ -15,7 +15,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
-from .errors import worth_retrying
+from .errors import read_retry_safe, worth_retrying
 from .runners import AsyncRunner, Runner, Work, make_async_engine
 from .sqlite_runner import ThreadRunner
 from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
@@ -228,11 +228,21 @@ class Database:
         return await self.write_unchecked(work, single_statement=single_statement)
 
     async def read_unchecked(self, work: Work[T], *, single_statement: bool = False) -> T:
-        """``read`` without the schema check (the gate itself uses it)."""
+        """``read`` without the schema check (the gate itself uses it).
+
+        A read that lost its connection is retried even when it was lost at
+        COMMIT, which for a write leaves the outcome unknown: a read wrote nothing.
+        """
         self._check_open()
-        return await self._retrying(
-            lambda: self._runner.run(work, write=False, single_statement=single_statement)
-        )
+
+        async def attempt() -> T:
+            try:
+                return await self._runner.run(work, write=False, single_statement=single_statement)
+            except LoviaStoreError as exc:
+                read_retry_safe(exc)
+                raise
+
+        return await self._retrying(attempt)
 
     async def write_unchecked(
         self, work: Work[T], *, single_statement: bool = False, lock_wait: float | None = None

@@ -21,6 +21,7 @@ __all__ = [
     "connect_failure",
     "hide_values",
     "lost_connection",
+    "read_retry_safe",
     "translate",
     "violated_constraint",
     "worth_retrying",
@@ -184,6 +185,25 @@ def lost_connection(exc: OSError, database: str, *, committing: bool) -> StoreUn
     ``TimeoutError`` for ``command_timeout``, a reset): rolled back unless committing."""
     what = "timed out" if isinstance(exc, TimeoutError) else f"connection lost: {_reason(exc)}"
     return StoreUnavailableError(f"{database}: {what}", retry_safe=not committing)
+
+
+def read_retry_safe(error: LoviaStoreError) -> None:
+    """Mark a read's lost connection (or busy refusal) retry-safe, COMMIT included (D15).
+
+    ``translate`` cannot tell a read's COMMIT from a write's, whose outcome a lost
+    connection leaves unknown. A read's COMMIT only ends its snapshot: it wrote
+    nothing, so it can be repeated whatever the phase. Other failures (a refused
+    statement) keep what they said.
+    """
+    if not isinstance(error, StoreUnavailableError | StoreBusyError) or error.retry_safe:
+        return
+    lost = isinstance(error, StoreBusyError) or any(
+        (isinstance(cause, DBAPIError) and cause.connection_invalidated)
+        or isinstance(cause, OSError)
+        for cause in _chained(error)[1:]
+    )
+    if lost:
+        error.retry_safe = True
 
 
 def worth_retrying(error: LoviaStoreError) -> bool:
