@@ -326,6 +326,7 @@ def instrumented(engine: Engine) -> Iterator[Any]:
     instrumentor = SQLAlchemyInstrumentor()
     # The instrumentation declares sqlalchemy < 2.1; its listeners work on 2.1 (this test).
     instrumentor.instrument(engine=engine, tracer_provider=provider, skip_dep_check=True)
+    exporter.provider = provider  # type: ignore[attr-defined]  # for the test's own spans
     try:
         yield exporter
     finally:
@@ -358,6 +359,19 @@ async def test_opentelemetry_records_a_span_per_statement(kind: str, tmp_path: P
             exporter.clear()
             await session.load("s")
             loaded = statements_of(exporter)
+            # The caller's open span is each statement span's parent, on SQLite too
+            # (where statements run in the writer thread, in the caller's context).
+            exporter.clear()
+            tracer = exporter.provider.get_tracer("test")
+            with tracer.start_as_current_span("caller") as caller:
+                await session.append("s", a_run("p"), run_id="rp")
+                await session.load("s")
+            children = [s for s in exporter.get_finished_spans() if s.name != "caller"]
+        statements = [s for s in children if "db.statement" in s.attributes]
+        assert len(statements) >= 2, children  # PostgreSQL: one statement each
+        for span in children:
+            assert span.parent is not None, span.name
+            assert span.parent.span_id == caller.get_span_context().span_id, span.name
         assert any("INSERT INTO lovia_messages" in sql for sql in appended), appended
         assert any("lovia_run_entries" in sql for sql in checkpointed), checkpointed
         assert any("lovia_messages" in sql for sql in loaded), loaded
@@ -366,7 +380,7 @@ async def test_opentelemetry_records_a_span_per_statement(kind: str, tmp_path: P
                 assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
             assert loaded[0] == "BEGIN" and loaded[-1] == "COMMIT"
         spans = exporter.get_finished_spans()
-        assert all(span.attributes.get("db.system") for span in spans)
+        assert all(span.attributes.get("db.system") for span in spans if span.name != "caller")
         # Uninstrumented again: the next append adds no span.
         exporter.clear()
         await session.append("s", a_run("2"), run_id="r2")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -51,14 +52,19 @@ class _Job:
     The thread settles the future on the caller's loop itself: one wake-up of the
     loop per operation, no chain of futures in between. A caller that stopped
     waiting (cancelled) is not told; its write still ran whole.
+
+    The work runs in its caller's context (context variables), as it would in
+    the caller's task on a server: an OpenTelemetry span the caller has open
+    is its statements' parent, and a progress reporter reaches a migration.
     """
 
-    __slots__ = ("future", "loop", "work")
+    __slots__ = ("context", "future", "loop", "work")
 
     def __init__(self, work: Work[Any], loop: asyncio.AbstractEventLoop) -> None:
         self.work = work
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
+        self.context = contextvars.copy_context()
 
     def settle(self, result: Any, error: BaseException | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
@@ -90,7 +96,7 @@ def _run_batch(conn: Connection, jobs: list[_Job]) -> None:
         for job in jobs:
             savepoint = conn.begin_nested()
             try:
-                outcomes.append((job, job.work(conn), None))
+                outcomes.append((job, job.context.run(job.work, conn), None))
             except BaseException as exc:
                 savepoint.rollback()
                 if isinstance(exc, DBAPIError):
@@ -219,22 +225,26 @@ class ThreadRunner(Runner):
 
     def _on_pooled_connection(self, job: _Job) -> None:
         try:
-            try:
-                conn = self.engine.connect()
-            except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
-                raise ConnectFailed(exc) from exc
-            with conn:
-                try:
-                    result = transaction(conn, job.work, _bracket(write=False))
-                except Failed:
-                    # As the writer does: a connection a driver error left in an
-                    # unknown state is not pooled again.
-                    conn.invalidate()
-                    raise
+            result = job.context.run(self._pooled_read, job.work)
         except BaseException as exc:
             job.settle(None, exc)
         else:
             job.settle(result, None)
+
+    def _pooled_read(self, work: Work[T]) -> T:
+        """Check out, read, check in (in the caller's context: a checkout is traced too)."""
+        try:
+            conn = self.engine.connect()
+        except DBAPIError as exc:  # e.g. the connect pragmas met a locked file
+            raise ConnectFailed(exc) from exc
+        with conn:
+            try:
+                return transaction(conn, work, _bracket(write=False))
+            except Failed:
+                # As the writer does: a connection a driver error left in an
+                # unknown state is not pooled again.
+                conn.invalidate()
+                raise
 
     def _connection(self) -> Connection:
         """The writer thread's connection, opened on first use, and again whenever
@@ -268,7 +278,7 @@ class ThreadRunner(Runner):
 
     def _on_writer_connection(self, job: _Job, *, write: bool = False) -> None:
         try:
-            result = transaction(self._connection(), job.work, _bracket(write=write))
+            result = job.context.run(self._writer_transaction, job.work, write)
         except Failed as exc:
             # Whatever state the driver left it in, start afresh.
             self._drop_connection(failed=True)
@@ -277,6 +287,9 @@ class ThreadRunner(Runner):
             job.settle(None, exc)
         else:
             job.settle(result, None)
+
+    def _writer_transaction(self, work: Work[T], write: bool) -> T:
+        return transaction(self._connection(), work, _bracket(write=write))
 
     def _write_batch(self) -> None:
         """Run every write queued so far (in order) as one transaction: group commit.
