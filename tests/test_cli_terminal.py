@@ -2,7 +2,7 @@
 
 Every test here runs the installed ``lovia-store`` console script as a process:
 on a pseudo-terminal (``pty``) to see what a person sees (styled tables, the
-spinner, stored escape sequences neutralised), and into pipes to see what a
+progress display, stored escape sequences neutralised), and into pipes to see what a
 script sees (no styling, a reader that leaves early, JSON that round-trips).
 """
 
@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
+import lovia_store
 from helpers import a_run, call, result, say, user
 from lovia_store import Database, SQLiteSession, SQLSession, TranscriptEntry, entry_to_dict
+from lovia_store.db import progress
 
 SCRIPT = Path(sys.executable).with_name("lovia-store")
 
@@ -224,18 +226,77 @@ def test_on_a_terminal_tables_are_styled_fit_and_stay_neutralised(
     assert "user: \\x1b[2J\\x1b[31mRED" in visible(screen)
 
 
-def test_upgrade_shows_a_spinner_on_a_terminal_only(
+REVISIONS = len(list((Path(lovia_store.__file__).parent / "migrations" / "versions").glob("0*.py")))
+
+
+def test_upgrade_shows_its_progress_on_a_terminal_only(
     legacy_copy: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """A lovia 0.9 conversion on a terminal shows a spinner while it runs; into a pipe, none."""
+    """A lovia 0.9 conversion on a terminal shows a live display: a bar for the schema's
+    revisions and one for the sessions and checkpoints it converts, each to its end.
+    Into a pipe, or with --json, nothing of it."""
     on_tty = legacy_copy("lovia-0.9.119.sqlite3")
-    code, screen = on_terminal("upgrade", str(on_tty), cwd=tmp_path)
+    code, screen = on_terminal("upgrade", str(on_tty), cwd=tmp_path, columns=120)
     assert code == 0, screen
     assert b"\x1b[?25l" in screen and b"\x1b[?25h" in screen  # a live display ran
-    assert b"upgrading " in screen
-    assert "converted lovia 0.9's tables: session_runs" in visible(screen)
+    shown = visible(screen)
+    assert "upgrading " in shown
+    assert re.search(rf"schema revisions\s+━+\s+{REVISIONS}/{REVISIONS}", shown), shown
+    assert re.search(r"lovia 0\.9 sessions\s+━+\s+2/2", shown), shown  # alice and bob
+    assert re.search(r"lovia 0\.9 checkpoints\s+━+\s+(\d+)/\1", shown), shown
+    assert "converted lovia 0.9's tables: session_runs" in shown
 
     done = piped("upgrade", str(legacy_copy("lovia-0.9.119.sqlite3")), cwd=tmp_path)  # afresh
     assert done.returncode == 0, done.stderr
-    assert b"upgrading" not in done.stderr and b"\x1b" not in done.stderr + done.stdout
+    assert done.stderr == b""
+    assert b"\x1b" not in done.stdout and b"revisions" not in done.stdout
     assert b"converted lovia 0.9's tables" in done.stdout
+
+    as_json = legacy_copy("lovia-0.9.119.sqlite3")  # afresh, on a terminal, as JSON
+    code, screen = on_terminal("upgrade", "--json", str(as_json), cwd=tmp_path)
+    assert code == 0, screen
+    assert b"\x1b[?25l" not in screen and b"revisions" not in screen
+    assert json.loads(visible(screen))["converted"] == {
+        "lovia 0.9": ["session_runs", "snapshot_heads", "snapshot_turns"]
+    }
+
+
+def test_a_zett_conversion_shows_its_sessions_and_messages(
+    legacy_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    code, screen = on_terminal("upgrade", str(legacy_copy("zett-0.2.1.sqlite3")), cwd=tmp_path)
+    assert code == 0, screen
+    shown = visible(screen)
+    assert re.search(r"zett-agent sessions\s+━+\s+(\d+)/\1", shown), shown
+    assert "zett-agent messages" in shown
+    assert "converted zett-agent's tables" in shown
+
+
+# -- the reports the bars are drawn from -------------------------------------------------------
+
+
+async def test_an_upgrade_reports_its_steps_to_whoever_asked(
+    legacy_copy: Callable[[str], Path],
+) -> None:
+    """``lovia_store.db.progress.reporting``: each revision and each converted session, in
+    order, from the SQLite writer thread; the library reports to nobody otherwise."""
+    reports: list[tuple[str, int, int | None]] = []
+    with progress.reporting(lambda *report: reports.append(report)):
+        await lovia_store.upgrade(legacy_copy("lovia-0.9.119.sqlite3"))
+    revisions = [r for r in reports if r[0] == "schema revisions"]
+    assert revisions == [("schema revisions", n, REVISIONS) for n in range(REVISIONS + 1)]
+    sessions = [r for r in reports if r[0] == "lovia 0.9 sessions"]
+    assert sessions == [("lovia 0.9 sessions", n, 2) for n in range(3)]
+    assert reports.index(sessions[-1]) < reports.index(revisions[1])  # inside revision 0001
+    assert progress.current() is None
+    before = len(reports)
+    await lovia_store.upgrade(legacy_copy("lovia-0.9.119.sqlite3"))  # afresh, nobody asked
+    assert len(reports) == before
+
+
+@pytest.mark.postgres
+async def test_a_server_upgrade_reports_its_revisions(pg_url: str) -> None:
+    reports: list[tuple[str, int, int | None]] = []
+    with progress.reporting(lambda *report: reports.append(report)):
+        await lovia_store.upgrade(pg_url)
+    assert reports == [("schema revisions", n, REVISIONS) for n in range(REVISIONS + 1)]

@@ -2,7 +2,7 @@
 
 Everything a command prints goes through ``Output``: data on stdout (a rich
 console, styled only on a terminal, or one JSON document), messages and the
-progress spinner on stderr. Stored content is the user's data, and sometimes a
+progress display on stderr. Stored content is the user's data, and sometimes a
 model's or an attacker's: printed verbatim, an escape sequence in it could
 recolour, retitle or rewrite the terminal, so every control character is
 written out as an escape first (``printable``).
@@ -18,8 +18,19 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.segment import Segment, Segments
-from rich.table import Table
+from rich.table import Column, Table
+
+from ..db import progress
 
 __all__ = ["Output", "ReaderGone", "printable", "to_json"]
 
@@ -105,11 +116,40 @@ class Output:
 
     @contextlib.contextmanager
     def progress(self, text: str) -> Iterator[None]:
-        """A spinner on stderr while slow work runs, shown only when stderr is a terminal."""
-        if not self._err.is_terminal:
+        """Progress of slow work on stderr, shown only when stderr is a terminal and the
+        command does not print JSON: a spinner with ``text``, and a bar for each step
+        the work reports (``lovia_store.db.progress``: the revisions an upgrade
+        applies, the sessions a conversion converts). The work's reports arrive from
+        whichever thread runs it; rich's ``Progress`` takes them under its lock."""
+        if self.json_mode or not self._err.is_terminal:
             yield
             return
-        with self._err.status(printable(text), spinner="dots"):
+        bars = Progress(
+            SpinnerColumn("dots"),
+            # Half the width at most for a task's name (a long path ends in an ellipsis):
+            # the bar and its count stay readable.
+            TextColumn(
+                "{task.description}",
+                table_column=Column(
+                    no_wrap=True, overflow="ellipsis", max_width=max(20, self._err.width // 2)
+                ),
+            ),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self._err,
+            transient=True,
+        )
+        tasks: dict[str, TaskID] = {}
+
+        def report(task: str, done: int, total: int | None) -> None:
+            found = tasks.get(task)
+            if found is None:
+                found = tasks[task] = bars.add_task(printable(task), total=total)
+            bars.update(found, completed=done, total=total)
+
+        with bars, progress.reporting(report):
+            bars.add_task(printable(text), total=None)
             yield
 
     @contextlib.contextmanager

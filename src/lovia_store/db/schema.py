@@ -17,6 +17,7 @@ map) land there too.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from functools import cache
@@ -37,6 +38,7 @@ from ..errors import (
     SchemaNotCurrentError,
     SchemaVersionError,
 )
+from . import progress
 from .legacy_copy import ADOPTED_BY, adoptable, keep_copy
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
@@ -74,6 +76,8 @@ _MYSQL_LOCK = "lovia_store_migrate"
 _MIGRATION_LOCK_WAIT = 600.0
 
 logger = logging.getLogger(__name__)
+
+_STEPS = "lovia_store.revisions"  # Alembic attribute: how many revisions an upgrade applies
 
 
 def alembic_config() -> Config:
@@ -124,7 +128,17 @@ def _enter_schema(conn: Connection) -> None:
 
 def configure_context(context: Any, connection: Connection) -> None:
     """The one place Alembic's context is configured, for both ways in."""
+    reporting: dict[str, Any] = {}
+    reporter = context.config.attributes.get(progress.ALEMBIC_ATTRIBUTE)
+    if reporter is not None:  # each revision applied is a step (see _upgrade)
+        total = context.config.attributes.get(_STEPS)
+        applied = itertools.count(1)
+        reporter("schema revisions", 0, total)
+        reporting["on_version_apply"] = lambda **_: reporter(
+            "schema revisions", next(applied), total
+        )
     context.configure(
+        **reporting,
         connection=connection,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
@@ -279,9 +293,13 @@ def _unlock(conn: Connection) -> None:
         conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
 
 
-def _upgrade(conn: Connection, target: str) -> None:
+def _upgrade(conn: Connection, target: str, steps: int | None = None) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = conn
+    reporter = progress.current()
+    if reporter is not None:  # for configure_context and the revisions' conversions
+        cfg.attributes[progress.ALEMBIC_ATTRIBUTE] = reporter
+        cfg.attributes[_STEPS] = steps
     command.upgrade(cfg, target)
 
 
@@ -352,7 +370,7 @@ def _upgrade_on(conn: Connection, db: Database, target: str, state: SchemaState)
     """The upgrade itself, on a connection that holds the migration lock."""
     converted = _to_convert(conn, state.revision, target)
     backup = _keep_legacy_copy(db, converted)
-    _upgrade(conn, target)
+    _upgrade(conn, target, len(_pending(state.revision, target)))
     after = read_state(conn).revision
     if converted:
         logger.info("converted %s in %s", ", ".join(converted), db.url)

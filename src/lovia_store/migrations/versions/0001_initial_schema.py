@@ -260,6 +260,14 @@ def _entry_row(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _report(task: str, done: int, total: int | None) -> None:
+    """Progress for whoever asked (``lovia_store.db.progress``); nobody by default."""
+    config = op.get_context().config
+    reporter = None if config is None else config.attributes.get("lovia_store.progress")
+    if reporter is not None:
+        reporter(task, done, total)
+
+
 def _adopt_lovia_sessions(bind: sa.Connection) -> None:
     rows = bind.execute(
         sa.text(
@@ -270,7 +278,8 @@ def _adopt_lovia_sessions(bind: sa.Connection) -> None:
     per_session: dict[str, list[Any]] = {}
     for row in rows:
         per_session.setdefault(row.session_id, []).append(row)
-    for session_id, runs in per_session.items():
+    for done, (session_id, runs) in enumerate(per_session.items()):
+        _report("lovia 0.9 sessions", done, len(per_session))
         messages: list[dict[str, Any]] = []
         run_rows: list[dict[str, Any]] = []
         for position, run in enumerate(runs, start=1):
@@ -312,6 +321,7 @@ def _adopt_lovia_sessions(bind: sa.Connection) -> None:
         bind.execute(_runs.insert(), run_rows)
         if messages:
             bind.execute(_messages.insert(), messages)
+    _report("lovia 0.9 sessions", len(per_session), len(per_session))
     op.drop_table("session_runs")
 
 
@@ -322,7 +332,9 @@ def _adopt_lovia_checkpoints(bind: sa.Connection, has_turns: bool) -> None:
             sa.text("SELECT run_id, seq, entries_json FROM snapshot_turns ORDER BY run_id, seq")
         ):
             turns.setdefault(row.run_id, []).extend(json.loads(row.entries_json))
-    for row in bind.execute(sa.text("SELECT run_id, head_json, updated_at FROM snapshot_heads")):
+    heads = bind.execute(sa.text("SELECT run_id, head_json, updated_at FROM snapshot_heads")).all()
+    for done, row in enumerate(heads):
+        _report("lovia 0.9 checkpoints", done, len(heads))
         head = json.loads(row.head_json)
         entries = turns.get(row.run_id, [])
         stamp = _epoch(row.updated_at)
@@ -345,6 +357,7 @@ def _adopt_lovia_checkpoints(bind: sa.Connection, has_turns: bool) -> None:
                     for i, e in enumerate(entries, start=1)
                 ],
             )
+    _report("lovia 0.9 checkpoints", len(heads), len(heads))
     op.drop_table("snapshot_heads")
     if has_turns:
         op.drop_table("snapshot_turns")

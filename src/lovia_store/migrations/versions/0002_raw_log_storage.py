@@ -359,9 +359,18 @@ def _adopt_sessions(bind: sa.Connection, stats: dict[str, dict[str, Any]]) -> li
     return ids
 
 
+def _report(task: str, done: int, total: int | None) -> None:
+    """Progress for whoever asked (``lovia_store.db.progress``); nobody by default."""
+    config = op.get_context().config
+    reporter = None if config is None else config.attributes.get("lovia_store.progress")
+    if reporter is not None:
+        reporter(task, done, total)
+
+
 def _adopt_messages(bind: sa.Connection, session_ids: list[str]) -> None:
     m = _z_messages.c
-    for sid in session_ids:
+    for done, sid in enumerate(session_ids):
+        _report("zett-agent sessions", done, len(session_ids))
         after = None
         while True:
             query = sa.select(_z_messages).where(m.session_id == sid)
@@ -372,6 +381,7 @@ def _adopt_messages(bind: sa.Connection, session_ids: list[str]) -> None:
                 break
             bind.execute(_messages.insert(), [_message_row(row) for row in chunk])
             after = chunk[-1].sequence
+    _report("zett-agent sessions", len(session_ids), len(session_ids))
 
 
 def _adopt_snapshots(bind: sa.Connection) -> None:

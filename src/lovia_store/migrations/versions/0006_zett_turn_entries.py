@@ -124,11 +124,20 @@ def _row(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"entry_type": MULTIPLE, "call_id": None, "entry_json": _compact(entries)}
 
 
+def _report(task: str, done: int, total: int | None) -> None:
+    """Progress for whoever asked (``lovia_store.db.progress``); nobody by default."""
+    config = op.get_context().config
+    reporter = None if config is None else config.attributes.get("lovia_store.progress")
+    if reporter is not None:
+        reporter(task, done, total)
+
+
 def _reproject(project: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> None:
     """Every assistant row with an envelope, projected by ``project``, a chunk at a time."""
     bind = op.get_bind()
     m = _messages.c
     after: tuple[str, int] | None = None
+    read = 0
     while True:
         query = sa.select(m.session_id, m.sequence, m.envelope_json).where(
             m.envelope_json.is_not(None), m.entry_type.in_(_SHOWN_AS_ASSISTANT)
@@ -157,6 +166,8 @@ def _reproject(project: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> Non
                 changes,
             )
         after = (rows[-1].session_id, rows[-1].sequence)
+        read += len(rows)
+        _report("zett-agent messages", read, None)  # found as it goes: no total
 
 
 def upgrade() -> None:
