@@ -1,0 +1,136 @@
+"""The ORM models are the schema's one description, and a host can query and join them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import ForeignKey, String, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, selectinload
+from sqlalchemy.pool import NullPool
+
+from conftest import Backend
+from helpers import a_run
+from lovia_store import (
+    Database,
+    RunHead,
+    SQLCheckpointer,
+    SQLSession,
+    entry_from_dict,
+)
+from lovia_store.db import tables
+from lovia_store.db.urls import to_url
+from lovia_store.models import Id, MessageRow, RunHeadRow, SessionRow, SessionRunRow, metadata
+
+
+class HostBase(DeclarativeBase):
+    pass
+
+
+class Ticket(HostBase):
+    """A host's own model, pointing at one of our sessions."""
+
+    __tablename__ = "host_tickets"
+
+    ticket_id: Mapped[int] = mapped_column(primary_key=True)
+    subject: Mapped[str] = mapped_column(String(100))
+    # Our id type, so the join compares like with like (on MariaDB, the same collation).
+    session_id: Mapped[str] = mapped_column(Id, ForeignKey(SessionRow.__table__.c.session_id))
+    session: Mapped[SessionRow] = relationship(SessionRow, lazy="raise")
+
+
+def test_the_tables_the_stores_use_are_the_models_tables() -> None:
+    assert tables.metadata is metadata is SessionRow.metadata
+    assert tables.sessions is SessionRow.__table__
+    assert tables.messages is MessageRow.__table__
+    assert set(metadata.tables) == {
+        "lovia_schema",
+        "lovia_sessions",
+        "lovia_messages",
+        "lovia_session_runs",
+        "lovia_snapshots",
+        "lovia_run_heads",
+        "lovia_run_entries",
+        "lovia_tool_effects",
+        "lovia_run_leases",
+    }
+
+
+@pytest.fixture
+async def host_engine(sql_backend: Backend) -> AsyncIterator[AsyncEngine]:
+    assert sql_backend.target is not None
+    engine = create_async_engine(to_url(sql_backend.target), poolclass=NullPool)
+    yield engine
+    await engine.dispose()
+
+
+async def test_a_host_joins_its_model_to_ours_in_one_orm_session(
+    host_engine: AsyncEngine,
+) -> None:
+    async with Database(host_engine) as db:
+        store = SQLSession(db)
+        await store.append("s-1", a_run("1"), run_id="r1", meta={"n": 1})
+        await store.append("s-1", a_run("2"), run_id="r2")
+        await store.append("s-2", a_run("3"), run_id="r3")
+        async with host_engine.begin() as conn:
+            await conn.run_sync(HostBase.metadata.create_all)
+        async with AsyncSession(host_engine) as orm:
+            orm.add_all(
+                [
+                    Ticket(ticket_id=1, subject="refund", session_id="s-1"),
+                    Ticket(ticket_id=2, subject="login", session_id="s-2"),
+                ]
+            )
+            await orm.commit()
+
+            counted = (
+                select(Ticket.subject, SessionRow.run_count, func.count(MessageRow.sequence))
+                .join(SessionRow, SessionRow.session_id == Ticket.session_id)
+                .join(MessageRow, MessageRow.session_id == SessionRow.session_id)
+                .group_by(Ticket.subject, SessionRow.run_count)
+                .order_by(Ticket.subject)
+            )
+            per_run = len(a_run("x"))
+            expected = [("login", 1, per_run), ("refund", 2, 2 * per_run)]
+            assert (await orm.execute(counted)).all() == expected
+
+            loaded = select(SessionRow).options(
+                selectinload(SessionRow.messages), selectinload(SessionRow.runs)
+            )
+            row = (await orm.scalars(loaded.where(SessionRow.session_id == "s-1"))).one()
+            entries = [entry_from_dict(json.loads(m.entry_json)) for m in row.messages]
+            assert entries == await store.load("s-1")
+            assert [run.run_id for run in row.runs] == ["r1", "r2"]
+            assert json.loads(row.runs[0].meta_json or "null") == {"n": 1}
+            assert row.created_at.tzinfo is not None
+            assert row.created_at <= datetime.now(UTC)
+            ticket = (
+                await orm.scalars(
+                    select(Ticket)
+                    .options(selectinload(Ticket.session))
+                    .where(Ticket.ticket_id == 2)
+                )
+            ).one()
+            assert ticket.session.session_id == "s-2" and ticket.session.message_count == per_run
+            run = (
+                await orm.scalars(select(SessionRunRow).where(SessionRunRow.run_id == "r3"))
+            ).one()
+            assert (run.session_id, run.first_sequence, run.entry_count) == ("s-2", 1, per_run)
+        await store.append("s-1", a_run("4"), run_id="r4")  # our stores go on as before
+        assert len(await store.load("s-1")) == 3 * per_run
+
+
+async def test_run_heads_read_as_objects(host_engine: AsyncEngine) -> None:
+    async with Database(host_engine) as db:
+        checkpointer = SQLCheckpointer(db)
+        await checkpointer.append("run-1", a_run("q"), RunHead(agent_name="support"))
+        async with AsyncSession(host_engine) as orm:
+            head = (
+                await orm.scalars(select(RunHeadRow).options(selectinload(RunHeadRow.entries)))
+            ).one()
+            assert head.run_id == "run-1" and head.entry_count == len(a_run("q"))
+            assert [entry_from_dict(json.loads(e.entry_json)) for e in head.entries] == a_run("q")
+            assert json.loads(head.head_json)["agent_name"] == "support"
