@@ -1,0 +1,28 @@
+-- Golden SQL, postgresql: rendered by tests/test_golden_sql.py, do not edit.
+-- After changing a statement: python tests/test_golden_sql.py --update
+
+-- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT
+WITH bump AS
+(INSERT INTO lovia_sessions (session_id, parent_session_id, session_type, title, agent_name, last_sequence, message_count, run_count, created_at, updated_at) VALUES (:sid::VARCHAR, :parent_session_id::VARCHAR, :session_type::INTEGER, :title::VARCHAR, :agent_name::VARCHAR, :messages::BIGINT, :messages::BIGINT, :runs::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (session_id) DO UPDATE SET last_sequence = (lovia_sessions.last_sequence + :messages::BIGINT), message_count = (lovia_sessions.message_count + :messages::BIGINT), run_count = (lovia_sessions.run_count + :runs::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_sessions.last_sequence, lovia_sessions.run_count, lovia_sessions.parent_session_id),
+run AS
+(INSERT INTO lovia_session_runs (session_id, run_id, position, first_sequence, entry_count, meta_json, created_at) SELECT :sid::VARCHAR AS anon_1, :run_id::VARCHAR AS anon_2, bump.run_count AS run_count, (bump.last_sequence - :messages::BIGINT) + 1 AS anon_5, :messages::BIGINT AS anon_6, :meta_json::VARCHAR AS anon_7, :now::TIMESTAMP WITH TIME ZONE AS anon_3
+FROM bump RETURNING lovia_session_runs.first_sequence),
+entries AS
+(INSERT INTO lovia_messages (session_id, request_id, run_id, created_at, sequence, entry_type, call_id, entry_json) SELECT :sid::VARCHAR AS anon_1, :run_id::VARCHAR AS anon_2, :run_id::VARCHAR AS anon__1, :now::TIMESTAMP WITH TIME ZONE AS anon_3, (run.first_sequence + given.ordinality) - 1 AS anon_4, given.entry_type AS entry_type, given.call_id AS call_id, given.entry_json AS entry_json
+FROM run JOIN unnest(:entry_types::TEXT[], :call_ids::TEXT[], :documents::TEXT[]) WITH ORDINALITY AS given(entry_type, call_id, entry_json, ordinality) ON true)
+ SELECT run.first_sequence
+FROM run;
+
+-- lovia_store.sessions.log:_BUMPED
+-- not run on postgresql (runs where: not returning)
+
+-- lovia_store.sessions.log:_INSERT_MESSAGES
+-- not run on postgresql (runs where: not one_statement_writes)
+
+-- lovia_store.sessions.log:_RUN_STORED
+SELECT lovia_session_runs.position
+FROM lovia_session_runs
+WHERE lovia_session_runs.session_id = :sid::VARCHAR AND lovia_session_runs.run_id = :run_id::VARCHAR;
+
+-- lovia_store.sessions.log:bump_statement(dialect)
+INSERT INTO lovia_sessions (session_id, parent_session_id, session_type, title, agent_name, last_sequence, message_count, run_count, created_at, updated_at) VALUES (:sid::VARCHAR, :parent_session_id::VARCHAR, :session_type::INTEGER, :title::VARCHAR, :agent_name::VARCHAR, :messages::BIGINT, :messages::BIGINT, :runs::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (session_id) DO UPDATE SET last_sequence = (lovia_sessions.last_sequence + :messages::BIGINT), message_count = (lovia_sessions.message_count + :messages::BIGINT), run_count = (lovia_sessions.run_count + :runs::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_sessions.last_sequence, lovia_sessions.run_count, lovia_sessions.parent_session_id;

@@ -1,0 +1,389 @@
+"""Golden SQL: every hot statement, rendered per dialect, checked into tests/golden_sql/.
+
+A change to a statement shows up in review as a change to these files. The
+statements are found, not listed: every module-level ``Prepared`` and Core
+statement (``Executable``) of the modules under ``lovia_store.sessions`` and
+``lovia_store.checkpoints`` (and ``lovia_store.db.dialect``), plus the builders
+that take a dialect (``BUILDERS``). Each file holds one family
+(``family_of``), each statement under a comment naming it (``module:NAME``),
+sorted by name; a statement its caller runs only where a capability allows
+(``RUNS_WHERE``) is a comment elsewhere. Compiled without literal binds: bind
+names show (``:name``, the ``named`` paramstyle; the drivers' own placeholders
+differ only in that), and values the statement itself holds (``limit(1)``,
+``== "tool_result"``) follow on a ``-- values:`` line. Nothing connects to a
+database (one test runs the insert-if-absent writes on SQLite).
+
+After changing a statement on purpose::
+
+    python tests/test_golden_sql.py --update
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from sqlalchemy.dialects.mysql import asyncmy
+from sqlalchemy.dialects.postgresql import asyncpg
+from sqlalchemy.dialects.sqlite import pysqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import Executable
+from sqlalchemy.sql.functions import FunctionElement
+
+from helpers import user
+from lovia_store import SQLiteCheckpointer, SQLiteSession
+from lovia_store.checkpoints import sql as checkpoints_sql
+from lovia_store.db import dialect as db_dialect
+from lovia_store.db.dialect import Capabilities, capabilities
+from lovia_store.db.prepared import Prepared
+from lovia_store.db.tables import run_leases, session_runs, tool_effects
+from lovia_store.sessions import log
+
+GOLDEN = Path(__file__).resolve().parent / "golden_sql"
+HINT = "python tests/test_golden_sql.py --update"
+PACKAGES = ("lovia_store.sessions", "lovia_store.checkpoints")
+MODULES = ("lovia_store.db.dialect",)
+MARIADB_VERSION = (10, 11, 19)  # the CI server's; only feature checks read it
+
+
+def _sqlite() -> Dialect:
+    return pysqlite.dialect(paramstyle="named")  # the driver lovia-store's SQLite runner uses
+
+
+def _postgresql() -> Dialect:
+    return asyncpg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]  # bind casts
+
+
+def _mariadb() -> Dialect:
+    dialect = asyncmy.dialect(is_mariadb=True, paramstyle="named")
+    # What a first connection to the server sets.
+    dialect.server_version_info = MARIADB_VERSION
+    dialect._initialize_mariadb(None)  # type: ignore[arg-type]
+    return dialect
+
+
+DIALECTS: dict[str, Callable[[], Dialect]] = {
+    "sqlite": _sqlite,
+    "postgresql": _postgresql,
+    "mariadb": _mariadb,
+}
+
+
+def family_of(module: str) -> str:
+    """The file (without ``.sql``) a module's statements go to."""
+    name = module.removeprefix("lovia_store.")
+    if name.startswith("sessions.raw_log"):
+        return "raw_log"
+    if name == "sessions.entry_rows":  # the multi-entry rows a rewind cuts
+        return "sessions_rewind"
+    if name == "checkpoints.sql_leases":
+        return "leases"
+    if name.startswith("checkpoints."):
+        return "checkpoints"
+    if name == "db.dialect":
+        return "dialect"
+    return name.replace(".", "_")
+
+
+Runs = Callable[[Capabilities], bool]
+
+
+def _always(_: Capabilities) -> bool:
+    return True
+
+
+def _one_statement(caps: Capabilities) -> bool:
+    return caps.one_statement_writes
+
+
+def _portable(caps: Capabilities) -> bool:
+    return not caps.one_statement_writes
+
+
+def _returning(caps: Capabilities) -> bool:
+    return caps.returning
+
+
+def _read_back(caps: Capabilities) -> bool:
+    return not caps.returning
+
+
+def _subquery_limits(caps: Capabilities) -> bool:
+    return caps.subquery_limits
+
+
+def _density_first(caps: Capabilities) -> bool:
+    return not caps.subquery_limits
+
+
+# Statements that run on some backends only, by the capability their caller checks
+# (rendered elsewhere as a comment saying so). Each name must exist.
+RUNS_WHERE: dict[str, Runs] = {
+    "lovia_store.checkpoints.sql:_APPEND_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.checkpoints.sql:_INSERT_ENTRIES": _portable,
+    "lovia_store.checkpoints.sql_leases:_EXPIRES": _read_back,
+    "lovia_store.checkpoints.sql_leases:_RENEW": _returning,
+    "lovia_store.checkpoints.sql_leases:_RENEW_NO_RETURNING": _read_back,
+    "lovia_store.db.dialect:_insert_ignore(session_runs)": _portable,
+    "lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.sessions.log:_BUMPED": _read_back,
+    "lovia_store.sessions.log:_INSERT_MESSAGES": _portable,
+    "lovia_store.sessions.log:_RUN_STORED": _one_statement,
+    "lovia_store.sessions.raw_log.reads:_DENSITY": _density_first,
+    "lovia_store.sessions.raw_log.reads:_OFFSET_PAGE": _subquery_limits,
+    "lovia_store.sessions.trim:_TRIM": _portable,
+    "lovia_store.sessions.trim:_TRIM_IN_ONE_STATEMENT": _one_statement,
+}
+_REASON: dict[Runs, str] = {
+    _one_statement: "one_statement_writes",
+    _portable: "not one_statement_writes",
+    _returning: "returning",
+    _read_back: "not returning",
+    _subquery_limits: "subquery_limits",
+    _density_first: "not subquery_limits",
+}
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A statement built per dialect (by the name the code passes: ``conn.dialect.name``)."""
+
+    module: str
+    name: str
+    build: Callable[[str], Any]
+
+
+def _effect_columns() -> tuple[str, ...]:
+    return tuple(checkpoints_sql._effect_row("run", "call", "tool"))
+
+
+# The insert-if-absent statements, with the columns each caller passes (in its order).
+_LEASE_COLUMNS = ("run_id", "token", "lease_id", "holder", "expires_ms")
+_INSERT_IGNORED = {
+    session_runs: log._RUN_COLUMNS,  # log.store_run's run row
+    tool_effects: _effect_columns(),  # checkpoints.sql._effect_row
+    run_leases: _LEASE_COLUMNS,  # checkpoints.sql_leases.acquire
+}
+
+
+def _insert_ignore_builder(table: Any, columns: tuple[str, ...]) -> Builder:
+    return Builder(
+        db_dialect.__name__,
+        f"_insert_ignore({table.name.removeprefix('lovia_')})",
+        lambda name: db_dialect._insert_ignore(name, table, columns),
+    )
+
+
+BUILDERS = (
+    Builder(log.__name__, "bump_statement(dialect)", log.bump_statement),
+    Builder(checkpoints_sql.__name__, "_upsert(dialect)", checkpoints_sql._upsert),
+    *(_insert_ignore_builder(table, columns) for table, columns in _INSERT_IGNORED.items()),
+)
+# Builders that only wrap one of those in ``Prepared`` (the same SQL), not rendered twice:
+# log._bump (bump_statement), checkpoints.sql._prepared_upsert (_upsert).
+
+
+def _modules() -> list[ModuleType]:
+    found = [importlib.import_module(name) for name in MODULES]
+    for package_name in PACKAGES:
+        package = importlib.import_module(package_name)
+        found.append(package)
+        for info in pkgutil.walk_packages(package.__path__, package_name + "."):
+            found.append(importlib.import_module(info.name))
+    return sorted(found, key=lambda module: module.__name__)
+
+
+def _is_statement(value: object) -> bool:
+    if isinstance(value, Prepared):
+        return True
+    return (
+        isinstance(value, Executable)
+        and not isinstance(value, FunctionElement)  # an SQL function, not a statement
+        and not isinstance(value, type)
+    )
+
+
+@cache
+def discovered() -> dict[str, tuple[str, Any]]:
+    """Every module-level statement: ``module:NAME`` -> (family, statement).
+
+    A statement one module imports from another is kept under the name it was
+    first found by (modules in name order)."""
+    seen: set[int] = set()
+    found: dict[str, tuple[str, Any]] = {}
+    for module in _modules():
+        for name, value in sorted(vars(module).items()):
+            if _is_statement(value) and id(value) not in seen:
+                seen.add(id(value))
+                found[f"{module.__name__}:{name}"] = (family_of(module.__name__), value)
+    return found
+
+
+def _sql(statement: Any, dialect: Dialect) -> str:
+    if isinstance(statement, Prepared):
+        statement = statement.statement
+    compiled = statement.compile(dialect=dialect)
+    text = "\n".join(line.rstrip() for line in str(compiled).strip().splitlines()) + ";"
+    # Values the statement itself holds (``== "tool_result"``, ``limit(1)``), so a
+    # change to one shows too.
+    binds = {name: bind for bind, name in compiled.bind_names.items()}
+    fixed = [
+        f"{name}={binds[name].effective_value!r}"
+        for name in sorted(binds)
+        if not binds[name].required
+    ]
+    return text + (f"\n-- values: {', '.join(fixed)}" if fixed else "")
+
+
+def render(dialect_key: str) -> dict[str, str]:
+    """The golden files of one dialect: file name -> text."""
+    dialect = DIALECTS[dialect_key]()
+    caps = capabilities(dialect)
+    statements: dict[str, tuple[str, Any]] = dict(discovered())
+    for builder in BUILDERS:
+        statements[f"{builder.module}:{builder.name}"] = (family_of(builder.module), builder)
+    families: dict[str, list[str]] = {}
+    for name in sorted(statements):
+        family, statement = statements[name]
+        runs = RUNS_WHERE.get(name, _always)
+        if not runs(caps):
+            body = f"-- not run on {dialect_key} (runs where: {_REASON[runs]})"
+        elif isinstance(statement, Builder):
+            body = _sql(statement.build(dialect.name), dialect)
+        else:
+            body = _sql(statement, dialect)
+        families.setdefault(family, []).append(f"-- {name}\n{body}\n")
+    header = (
+        f"-- Golden SQL, {dialect_key}: rendered by tests/test_golden_sql.py, do not edit.\n"
+        f"-- After changing a statement: {HINT}\n"
+    )
+    return {
+        f"{family}.sql": header + "".join(f"\n{entry}" for entry in entries)
+        for family, entries in sorted(families.items())
+    }
+
+
+def stored(dialect_key: str) -> dict[str, str]:
+    folder = GOLDEN / dialect_key
+    return {path.name: path.read_text() for path in sorted(folder.glob("*.sql"))}
+
+
+def update() -> list[Path]:
+    """Rewrite every golden file (stale ones removed); returns the files changed."""
+    changed = []
+    for dialect_key in DIALECTS:
+        folder = GOLDEN / dialect_key
+        folder.mkdir(parents=True, exist_ok=True)
+        rendered = render(dialect_key)
+        for name in stored(dialect_key).keys() - rendered.keys():
+            (folder / name).unlink()
+            changed.append(folder / name)
+        for name, text in rendered.items():
+            path = folder / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                changed.append(path)
+    return changed
+
+
+def _files() -> list[tuple[str, str]]:
+    return sorted(
+        (dialect_key, name)
+        for dialect_key in DIALECTS
+        for name in render(dialect_key).keys() | stored(dialect_key).keys()
+    )
+
+
+@pytest.mark.parametrize(("dialect_key", "name"), _files())
+def test_golden_sql_is_current(dialect_key: str, name: str) -> None:
+    expected = stored(dialect_key).get(name, "")
+    actual = render(dialect_key).get(name, "")
+    if actual != expected:
+        path = f"tests/golden_sql/{dialect_key}/{name}"
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                fromfile=f"{path} (stored)",
+                tofile=f"{path} (rendered now)",
+            )
+        )
+        message = f"the SQL of {path} changed; if that is intended, run {HINT}\n{diff}"
+        pytest.fail(message, pytrace=False)
+
+
+def test_every_family_and_dialect_has_statements() -> None:
+    expected = {
+        *("sessions_log", "sessions_reads", "sessions_trim", "sessions_rewind"),
+        *("raw_log", "checkpoints", "leases", "dialect"),
+    }
+    for dialect_key in DIALECTS:
+        rendered = render(dialect_key)
+        assert {name.removesuffix(".sql") for name in rendered} >= expected
+        for text in rendered.values():
+            assert text.count("\n-- lovia_store.") >= 1
+
+
+def test_the_hot_statements_are_found() -> None:
+    names = set(discovered())
+    assert {
+        "lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT",
+        "lovia_store.sessions.reads:LOAD",
+        "lovia_store.sessions.rewind:_DELETE_TAIL",
+        "lovia_store.sessions.trim:_TRIM",
+        "lovia_store.sessions.raw_log.reads:_PAGE",
+        "lovia_store.checkpoints.sql:_COUNT",
+        "lovia_store.checkpoints.sql_leases:_RENEW",
+    } <= names
+    # Only statements: no table, SQL function or bound parameter.
+    assert not any(name.endswith((":messages", ":SID", ":DOCUMENT")) for name in names)
+
+
+def test_backend_restrictions_name_existing_statements() -> None:
+    builders = {f"{builder.module}:{builder.name}" for builder in BUILDERS}
+    assert set(RUNS_WHERE) <= set(discovered()) | builders
+    # Each restricted statement runs somewhere, and is skipped somewhere.
+    for name, runs in RUNS_WHERE.items():
+        ran = {runs(capabilities(DIALECTS[key]())) for key in DIALECTS}
+        assert ran == {True, False}, name
+
+
+def test_the_prepared_builders_run_the_rendered_statements() -> None:
+    for name in ("sqlite", "postgresql", "mysql"):
+        assert log._bump(name).statement is log.bump_statement(name)
+        assert checkpoints_sql._prepared_upsert(name).statement is checkpoints_sql._upsert(name)
+
+
+async def test_insert_ignore_is_rendered_with_the_columns_its_callers_pass(tmp_path: Path) -> None:
+    """The writes that insert-if-absent, run on SQLite, hit exactly the cached
+    statements rendered here (``_insert_ignore`` is cached by its columns)."""
+    session = SQLiteSession(tmp_path / "sessions.db")
+    checkpointer = SQLiteCheckpointer(tmp_path / "runs.db")
+    try:
+        await session.append("s", [user("hi")], run_id="r")
+        await checkpointer.acquire_lease("run")
+        await checkpointer.record_intent("run", "call", "tool")
+    finally:
+        await session.close()
+        await checkpointer.close()
+    for table, columns in _INSERT_IGNORED.items():
+        before = db_dialect._insert_ignore.cache_info()
+        db_dialect._insert_ignore("sqlite", table, columns)
+        after = db_dialect._insert_ignore.cache_info()
+        assert (after.hits, after.misses) == (before.hits + 1, before.misses), table.name
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit(f"usage: {HINT}")
+    for path in update():
+        print(f"rewrote {path.relative_to(GOLDEN.parent.parent)}")
