@@ -17,12 +17,13 @@ first-use work per statement costs more than SQLite's own.
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
 (the SQLite engine lovia-store creates itself, unless ``echo=True``) the
 statement runs on the driver's cursor directly, as long as nothing listens
-to the engine's ``before_cursor_execute``/``after_cursor_execute`` events:
-for an append, SQLAlchemy's execution context costs as much as SQLite's own
-work. Driver errors are still wrapped as SQLAlchemy's ``DBAPIError``
-subclasses (``hide_parameters`` honoured); what these statements skip is SQL
-logging, error events and SQLAlchemy's disconnect check (the runner discards
-a connection after any driver error instead). The choice is made per
+to the engine's ``before_cursor_execute``, ``after_cursor_execute`` or
+``handle_error`` events: for an append, SQLAlchemy's execution context costs
+as much as SQLite's own work. Driver errors are still wrapped as SQLAlchemy's
+``DBAPIError`` subclasses (``hide_parameters`` honoured); what these
+statements skip is SQL logging, those events and SQLAlchemy's disconnect
+check (the runner discards a connection after any driver error instead).
+The choice is made per
 statement: once a listener is attached (OpenTelemetry's SQLAlchemy
 instrumentation, a host's own ``event.listen``), every statement runs through
 ``exec_driver_sql`` and the listener sees it; removed, the fast path returns.
@@ -195,9 +196,9 @@ class Prepared:
 
 
 def traced(conn: Connection) -> bool:
-    """Whether anything listens to ``conn``'s cursor executions (on its engine, an
-    engine it was derived from, or the ``Engine`` class): then a statement must go
-    through SQLAlchemy's execution path for the listener to see it.
+    """Whether anything listens to ``conn``'s cursor executions or their errors (on
+    its engine, an engine it was derived from, or the ``Engine`` class): then a
+    statement must go through SQLAlchemy's execution path for the listener to see it.
 
     Read per statement, so a listener attached to a running store's engine sees the
     next statement. SQLAlchemy's own flags come first: with no engine event at all
@@ -206,7 +207,9 @@ def traced(conn: Connection) -> bool:
     if not (conn._has_events or conn.engine._has_events):
         return False
     dispatch = conn.dispatch
-    return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+    return bool(
+        dispatch.before_cursor_execute or dispatch.after_cursor_execute or dispatch.handle_error
+    )
 
 
 def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:
