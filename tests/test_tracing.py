@@ -286,6 +286,32 @@ async def test_the_fast_path_returns_when_nothing_listens(tmp_path: Path) -> Non
         assert len(await store.load("s")) == 3 * len(a_run("0"))
 
 
+async def test_a_handle_error_listener_sees_a_refused_statement(tmp_path: Path) -> None:
+    """``handle_error`` alone (a dialect event, which sets no engine flag) also takes the
+    statements off the driver's cursor: the listener sees the one SQLite refused."""
+    from sqlalchemy import Connection, bindparam
+
+    from lovia_store import ConflictError
+    from lovia_store.db.prepared import Prepared
+    from lovia_store.db.tables import schema_versions
+
+    insert = Prepared(
+        schema_versions.insert().values(store=bindparam("store"), version=bindparam("version"))
+    )
+    async with Database(tmp_path / "errors.sqlite3") as db:
+        await SQLSession(db).load("warm-up")
+        refused: list[str] = []
+        event.listen(db.sync_engine, "handle_error", lambda ctx: refused.append(ctx.statement))
+
+        def duplicate(conn: Connection) -> None:
+            insert.execute(conn, {"store": "twice", "version": 1})
+            insert.execute(conn, {"store": "twice", "version": 1})
+
+        with pytest.raises(ConflictError):
+            await db.write(duplicate)
+        assert len(refused) == 1 and refused[0].startswith("INSERT INTO lovia_schema"), refused
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_callers_engine_is_traced_too(kind: str, tmp_path: Path) -> None:
     """A host passes its own ``AsyncEngine``: its listeners see our statements, and its

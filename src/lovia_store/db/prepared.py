@@ -202,14 +202,14 @@ def traced(conn: Connection) -> bool:
 
     Read per statement, so a listener attached to a running store's engine sees the
     next statement. SQLAlchemy's own flags come first: with no engine event at all
-    (the untraced case) the check is two attribute reads.
+    (the untraced case) the check is a few attribute reads.
     """
-    if not (conn._has_events or conn.engine._has_events):
-        return False
-    dispatch = conn.dispatch
-    return bool(
-        dispatch.before_cursor_execute or dispatch.after_cursor_execute or dispatch.handle_error
-    )
+    if conn._has_events or conn.engine._has_events:
+        dispatch = conn.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return True
+    # A dialect event (listened to on the engine), which sets no engine flag.
+    return bool(conn.dialect.dispatch.handle_error)
 
 
 def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:
