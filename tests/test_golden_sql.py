@@ -137,7 +137,6 @@ RUNS_WHERE: dict[str, Runs] = {
     "lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT": _one_statement,
     "lovia_store.sessions.log:_BUMPED": _read_back,
     "lovia_store.sessions.log:_INSERT_MESSAGES": _portable,
-    "lovia_store.sessions.log:_RUN_STORED": _one_statement,
     "lovia_store.sessions.raw_log.reads:_DENSITY": _density_first,
     "lovia_store.sessions.raw_log.reads:_OFFSET_PAGE": _subquery_limits,
     "lovia_store.sessions.trim:_TRIM": _portable,
