@@ -104,11 +104,6 @@ def _run_with_result(i: int, chars: int = 5_000) -> list[Any]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="json_documents (src/lovia_store/entries.py) lets json.JSONDecodeError out "
-    "of load/segments/trim; a stored document that is not JSON is a StoredValueError",
-)
 async def test_a_stored_document_that_is_not_json_is_a_typed_error(
     session: ours.SQLSession,
 ) -> None:

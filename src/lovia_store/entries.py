@@ -10,14 +10,15 @@ silently skipped entry is how reasoning state and tool pairing get lost).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
-from pydantic_core import from_json
+from pydantic_core import PydanticSerializationError, from_json
 
-from .errors import UnknownEntryTypeError, UserError
+from ._json import check_value
+from .errors import StoredValueError, UnknownEntryTypeError, UserError
 
 __all__ = [
     "MULTIPLE_ENTRIES",
@@ -32,6 +33,9 @@ __all__ = [
     "ToolResultEntry",
     "TranscriptEntry",
     "Usage",
+    "Where",
+    "check_entry_values",
+    "damaged",
     "drop_dangling_tool_calls",
     "entries_document",
     "entries_from_json_rows",
@@ -39,6 +43,8 @@ __all__ = [
     "entry_to_dict",
     "entry_to_json",
     "expand_documents",
+    "rows_of",
+    "session_rows",
 ]
 
 
@@ -177,9 +183,13 @@ def entry_to_json(entry: TranscriptEntry) -> str:
     """The entry as compact JSON text (the stored form).
 
     ``model_dump_json`` with its defaults, minus the cost of resolving its
-    keyword arguments on every call (an append encodes every entry).
+    keyword arguments on every call (an append encodes every entry). An entry
+    ``check_entries`` passed always encodes; one that cannot is a ``UserError``.
     """
-    return entry.__pydantic_serializer__.to_json(entry).decode()
+    try:
+        return entry.__pydantic_serializer__.to_json(entry).decode()
+    except PydanticSerializationError as exc:
+        raise UserError(f"a {entry.type} entry cannot be stored: {exc}") from None
 
 
 def entry_from_dict(data: dict[str, Any]) -> TranscriptEntry:
@@ -188,28 +198,103 @@ def entry_from_dict(data: dict[str, Any]) -> TranscriptEntry:
     return _ENTRY.validate_python(data)
 
 
-def json_documents(rows: Sequence[str | bytes]) -> list[Any]:
+Where = tuple[str, str, Callable[[int], dict[str, object]]]
+"""Where stored documents come from, for the error naming a damaged one: the
+table, the column, and the key of the row at an index of the documents read."""
+
+
+def rows_of(table: str, key: str, value: str) -> Where:
+    """The rows of one session (``key`` ``session_id``) or run (``run_id``) in the
+    order read: a damaged one is named by that id and its ``index`` (from 0)."""
+    return table, "entry_json", lambda index: {key: value, "index": index}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def stored_model(model: type[M], text: str | bytes, where: Where, index: int = 0) -> M:
+    """A stored model's JSON (a run's head), validated; a damaged one is a
+    ``StoredValueError`` naming its row, never pydantic's ``ValidationError``."""
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise damaged(f"a stored {model.__name__} is not valid ({detail})", where, index) from None
+
+
+def session_rows(session_id: str, sequences: Sequence[int] | None = None) -> Where:
+    """A session's rows in ``lovia_messages``: a damaged one is named by its sequence
+    (when the reader has them) or by the session alone."""
+    if sequences is None:
+        return "lovia_messages", "entry_json", lambda _: {"session_id": session_id}
+    return (
+        "lovia_messages",
+        "entry_json",
+        lambda i: {"session_id": session_id, "sequence": sequences[i]},
+    )
+
+
+def damaged(message: str, where: Where | None, index: int) -> StoredValueError:
+    """The error for the stored document at ``index`` of the rows ``where`` names."""
+    if where is None:
+        return StoredValueError(message, table="?", column="entry_json", row={"index": index})
+    table, column, key_of = where
+    return StoredValueError(message, table=table, column=column, row=key_of(index))
+
+
+def json_documents(
+    rows: Sequence[str | bytes], where: Where | None = None, *, start: int = 0
+) -> list[Any]:
     """Parse stored JSON documents, every integer exact.
 
     pydantic-core's parser keeps an integer wider than 64 bits an integer,
     which orjson turns into a float (older versions refused it), at about
     orjson's speed on a whole session's load. What it refuses and JSON allows
-    (a lone surrogate escape) is read by the standard library.
+    (a lone surrogate escape, nesting past its limit of about 200) is read by
+    the standard library. A document neither reads (broken JSON, invalid UTF-8,
+    edited by another program) is a ``StoredValueError`` naming its row
+    (``where``, at position ``start`` + its index), never a raw decode error.
     """
     try:
         return [from_json(row) for row in rows]
     except ValueError:
-        return [json.loads(row) for row in rows]
+        pass
+    out: list[Any] = []
+    for index, row in enumerate(rows):
+        try:
+            out.append(from_json(row))
+            continue
+        except ValueError:
+            pass
+        try:
+            out.append(json.loads(row))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            message = f"a stored document is not JSON ({type(exc).__name__}: {exc})"
+            raise damaged(message, where, start + index) from None
+    return out
 
 
-def name_unknown_entry(documents: Iterable[Any]) -> None:
+def name_unknown_entry(
+    documents: Iterable[Any], where: Where | None = None, *, start: int = 0
+) -> None:
     """After a batch failed validation: raise for the first document that is no entry.
 
     An unknown ``type`` raises ``UnknownEntryTypeError`` naming it; a bad field
-    the entry's ``ValidationError``. Returns when every document is an entry.
+    a ``StoredValueError`` naming its row (``where``, as ``json_documents``).
+    Returns when every document is an entry.
     """
-    for document in documents:
-        entry_from_dict(document)
+    for index, document in enumerate(documents):
+        try:
+            entry_from_dict(document)
+        except ValidationError as exc:
+            detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            message = f"a stored document is not a transcript entry ({detail})"
+            raise damaged(message, where, start + index) from None
+        except UnknownEntryTypeError:
+            raise
+        except ValueError as exc:  # not a JSON object
+            message = f"a stored document is not a transcript entry ({exc})"
+            raise damaged(message, where, start + index) from None
 
 
 # A stored entry document is one entry's JSON object, or, for a message another
@@ -231,14 +316,14 @@ def _is_array(document: str | bytes) -> bool:
     return document[:1] in (b"[", "[")
 
 
-def expand_documents(rows: Sequence[str | bytes]) -> list[str | bytes]:
+def expand_documents(rows: Sequence[str | bytes], where: Where | None = None) -> list[str | bytes]:
     """Stored documents with every array split into its entries' documents (in order)."""
     if not any(_is_array(row) for row in rows):
         return list(rows)
     out: list[str | bytes] = []
     for row in rows:
         if _is_array(row):
-            out.extend(_dumped(item) for item in json_documents([row])[0])
+            out.extend(_dumped(item) for item in json_documents([row], where)[0])
         else:
             out.append(row)
     return out
@@ -264,7 +349,9 @@ def _flatten(documents: list[Any]) -> list[Any] | None:
     return flat
 
 
-def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
+def entries_from_json_rows(
+    rows: Sequence[str | bytes], where: Where | None = None
+) -> list[TranscriptEntry]:
     """Decode stored entry documents (the load hot path): parse, then validate once.
 
     orjson parses the documents and pydantic validates them a batch at a time,
@@ -272,11 +359,12 @@ def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]
     next is parsed, so they never all live at once. (Splicing the documents
     into one JSON array for ``validate_json`` costs more: joining long
     non-ASCII strings copies and widens them, and pydantic's parser is slower
-    than orjson on long strings.)
+    than orjson on long strings.) A damaged document is a ``StoredValueError``
+    naming its row (``where``: table, column and the rows' shared key).
     """
     entries: list[TranscriptEntry] = []
     for start in range(0, len(rows), _DECODE_BATCH):
-        documents = json_documents(rows[start : start + _DECODE_BATCH])
+        documents = json_documents(rows[start : start + _DECODE_BATCH], where, start=start)
         try:
             entries += _ENTRY_LIST.validate_python(documents)
         except ValidationError:
@@ -284,18 +372,34 @@ def entries_from_json_rows(rows: Sequence[str | bytes]) -> list[TranscriptEntry]
             # so a session without any pays nothing for them.
             flat = _flatten(documents)
             if flat is None:
-                name_unknown_entry(documents)
+                name_unknown_entry(documents, where, start=start)
                 raise
             try:
                 entries += _ENTRY_LIST.validate_python(flat)
             except ValidationError:
-                name_unknown_entry(flat)
+                for index, document in enumerate(documents):
+                    items = document if isinstance(document, list) else [document]
+                    name_unknown_entry(items, where, start=start + index)
                 raise
     return entries
 
 
+def check_entry_values(entry: TranscriptEntry, what: str) -> None:
+    """Refuse an entry whose values would not read back exactly from any store:
+    NaN or infinity (pydantic writes null), a lone surrogate in a string or a
+    key (no UTF-8 form; pydantic turns a key's into U+FFFD), nesting past
+    ``MAX_DEPTH``. Every store checks, the in-memory ones too, so all refuse
+    alike. Costs next to nothing for ASCII text without nested values."""
+    check_value(entry, what, models=True)
+
+
 def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
-    """Accept only transcript entries; anything else is a caller's mistake."""
+    """Accept only transcript entries whose values round-trip exactly; anything
+    else is a caller's mistake (``UserError``)."""
+    if isinstance(entries, str | bytes | dict) or not isinstance(entries, Iterable):
+        raise UserError(
+            f"entries must be a sequence of transcript entries, not {type(entries).__name__}"
+        )
     out: list[TranscriptEntry] = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, ENTRY_CLASSES):
@@ -303,6 +407,7 @@ def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
                 f"entries[{index}] is {type(entry).__name__}, not a transcript entry "
                 "(build one with entry_from_dict)"
             )
+        check_entry_values(entry, f"entries[{index}]")
         out.append(entry)
     return out
 

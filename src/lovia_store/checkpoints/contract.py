@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from .._json import check_value
 from ..entries import ToolResultEntry, TranscriptEntry, Usage
 from ..errors import UserError
 from ..validation import check_count
@@ -147,6 +148,7 @@ def summary_of(run_id: str, head: RunHead, entry_count: int, updated_at: datetim
 def check_head(head: Any) -> RunHead:
     if not isinstance(head, RunHead) or isinstance(head, RunSnapshot):
         raise UserError(f"head must be a RunHead, not {type(head).__name__}")
+    check_value(head, "head", models=True)  # NaN, lone surrogates, depth: refused, never nulled
     return head
 
 

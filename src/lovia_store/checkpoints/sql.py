@@ -36,9 +36,12 @@ from ..db.types import UTCDateTime, utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
+    Where,
     check_entries,
     entries_from_json_rows,
     entry_to_json,
+    rows_of,
+    stored_model,
 )
 from ..errors import ConflictError
 from ..validation import check_effect_ids, check_id
@@ -212,8 +215,9 @@ class SQLCheckpointer(SQLStore):
         if stored is None:
             return None
         head_json, documents = stored
-        head = RunHead.model_validate_json(head_json)
-        return RunSnapshot.from_parts(run_id, entries_from_json_rows(documents), head)
+        head = stored_model(RunHead, head_json, _head_of(run_id))
+        entries = entries_from_json_rows(documents, rows_of("lovia_run_entries", "run_id", run_id))
+        return RunSnapshot.from_parts(run_id, entries, head)
 
     async def load_documents(self, run_id: str) -> tuple[str, list[str]] | None:
         """``load`` as the stored head JSON and entry documents, or None."""
@@ -260,7 +264,7 @@ class SQLCheckpointer(SQLStore):
         return [
             summary_of(
                 row.run_id,
-                RunHead.model_validate_json(row.head_json),
+                stored_model(RunHead, row.head_json, _head_of(row.run_id)),
                 row.entry_count,
                 row.updated_at,
             )
@@ -313,7 +317,12 @@ class SQLCheckpointer(SQLStore):
         for row in await self.database.read(work):
             outcome = None
             if row.result_json is not None:
-                outcome = ToolResultEntry.model_validate_json(row.result_json)
+                where: Where = (
+                    "lovia_tool_effects",
+                    "result_json",
+                    _effect_key(run_id, row.call_id),
+                )
+                outcome = stored_model(ToolResultEntry, row.result_json, where)
             effects[row.call_id] = ToolEffect(
                 call_id=row.call_id,
                 tool_name=row.tool_name,
@@ -395,3 +404,11 @@ class SQLiteCheckpointer(SQLCheckpointer):
 
     def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
         SQLStore.__init__(self, path, wal=wal)
+
+
+def _head_of(run_id: str) -> Where:
+    return "lovia_run_heads", "head_json", lambda _: {"run_id": run_id}
+
+
+def _effect_key(run_id: str, call_id: str) -> Callable[[int], dict[str, object]]:
+    return lambda _: {"run_id": run_id, "call_id": call_id}

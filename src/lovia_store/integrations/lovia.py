@@ -32,7 +32,7 @@ from .._json import dump_object
 from ..checkpoints import sql as sql_checkpoints
 from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
 from ..db.store import SQLStore, StoreTarget
-from ..entries import json_documents
+from ..entries import Where, json_documents, rows_of, session_rows
 from ..errors import MissingDriverError, UserError
 from ..sessions import sql as sql_sessions
 from ..sessions.contract import check_append
@@ -89,8 +89,12 @@ def encode_entries(entries: Sequence[object]) -> EncodedRun:
     return run
 
 
-def decode_entries(rows: Sequence[str | bytes]) -> list[TranscriptEntry]:
-    return [entry_from_dict(document) for document in json_documents(rows)]
+def decode_entries(
+    rows: Sequence[str | bytes], where: Where | None = None
+) -> list[TranscriptEntry]:
+    """Stored documents as lovia's entries; a damaged one is a ``StoredValueError``
+    naming its row (``where``)."""
+    return [entry_from_dict(document) for document in json_documents(rows, where)]
 
 
 class _Adapter(Generic[Native]):
@@ -127,11 +131,15 @@ class SQLSession(_Adapter[sql_sessions.SQLSession]):
         self._native = sql_sessions.SQLSession(target)
 
     async def segments(self, session_id: str) -> list[Segment]:
-        parts = await self._native.segment_parts(session_id, decode_entries)
+        where = session_rows(session_id)
+        parts = await self._native.segment_parts(
+            session_id, lambda rows: decode_entries(rows, where)
+        )
         return [Segment(run_id, entries, meta) for run_id, entries, meta in parts]
 
     async def load(self, session_id: str) -> list[TranscriptEntry]:
-        return decode_entries(await self._native.load_documents(session_id))
+        documents = await self._native.load_documents(session_id)
+        return decode_entries(documents, rows_of("lovia_messages", "session_id", session_id))
 
     async def append(
         self,
@@ -245,7 +253,8 @@ class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
         if head.status not in _RESUMABLE:  # a replay executes nothing
             await self._let_go(run_id)
         self._fresh.discard(run_id)
-        return RunSnapshot.from_parts(run_id, decode_entries(documents), head)
+        where = rows_of("lovia_run_entries", "run_id", run_id)
+        return RunSnapshot.from_parts(run_id, decode_entries(documents, where), head)
 
     async def append(self, run_id: str, entries: list[TranscriptEntry], head: RunHead) -> None:
         """Add the step's entries and replace the head, under the run's lease."""

@@ -54,7 +54,14 @@ SEGMENT_RUNS = (
 )
 
 
+def _meta(session_id: str, run_id: str, text: str | None) -> dict[str, Any] | None:
+    """A run's stored meta; a damaged one is a ``StoredValueError`` naming the run."""
+    key: dict[str, object] = {"session_id": session_id, "run_id": run_id}
+    return load_object(text, ("lovia_session_runs", "meta_json", key))
+
+
 def build_segments(
+    session_id: str,
     rows: Sequence[Any],
     runs: Sequence[Any],
     decode: Callable[[Sequence[str | bytes]], list[E]],
@@ -76,7 +83,7 @@ def build_segments(
     def flush(end: int) -> None:
         if key is not None and end > start:
             run_id, request_id = key
-            meta = load_object(metas.get(run_id)) if run_id is not None else None
+            meta = _meta(session_id, run_id, metas.get(run_id)) if run_id is not None else None
             entries = decode(expand_documents(documents[start:end]))
             out.append((run_id or request_id, entries, meta))
 
@@ -84,7 +91,8 @@ def build_segments(
         while emitted < len(empty) and empty[emitted][0] <= sequence:
             flush(index)
             start, key = index, None
-            out.append((empty[emitted][1], [], load_object(metas[empty[emitted][1]])))
+            empty_run = empty[emitted][1]
+            out.append((empty_run, [], _meta(session_id, empty_run, metas[empty_run])))
             emitted += 1
         row_key = (run_id, request_id)
         if row_key != key:
@@ -92,7 +100,7 @@ def build_segments(
             start, key = index, row_key
     flush(len(rows))
     for _, run_id in empty[emitted:]:
-        out.append((run_id, [], load_object(metas[run_id])))
+        out.append((run_id, [], _meta(session_id, run_id, metas[run_id])))
     return out
 
 

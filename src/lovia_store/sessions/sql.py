@@ -20,7 +20,13 @@ from sqlalchemy import Connection
 from ..checkpoints.contract import Checkpointer
 from ..checkpoints.sql import delete_runs
 from ..db.store import SQLStore, StoreTarget
-from ..entries import TranscriptEntry, entries_from_json_rows, expand_documents
+from ..entries import (
+    TranscriptEntry,
+    entries_from_json_rows,
+    expand_documents,
+    rows_of,
+    session_rows,
+)
 from ..validation import check_call_ids, check_count, check_id
 from .contract import Segment, check_append
 from .log import EncodedRun, encode_run, store_run
@@ -47,7 +53,11 @@ class SQLSession(SQLStore):
 
     async def load(self, session_id: str) -> list[TranscriptEntry]:
         """Every entry of the session, in order (the flat view of ``segments``)."""
-        return entries_from_json_rows(await self.load_documents(session_id))
+        documents = await self.load_documents(session_id)
+        # The index a damaged document is named by is its entry's in load().
+        return entries_from_json_rows(
+            documents, rows_of("lovia_messages", "session_id", session_id)
+        )
 
     async def load_documents(self, session_id: str) -> Sequence[str | bytes]:
         """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
@@ -82,14 +92,18 @@ class SQLSession(SQLStore):
                 return conn.execute(BATCH, params).all()
 
             rows = await self.database.read(work, single_statement=True)
-            for entry in entries_from_json_rows([row.entry_json for row in rows]):
+            where = session_rows(session_id, [row.sequence for row in rows])
+            for entry in entries_from_json_rows([row.entry_json for row in rows], where):
                 yield entry
             if len(rows) < size:
                 return
             after = rows[-1].sequence
 
     async def segments(self, session_id: str) -> list[Segment]:
-        parts = await self.segment_parts(session_id, entries_from_json_rows)
+        where = session_rows(session_id)
+        parts = await self.segment_parts(
+            session_id, lambda rows: entries_from_json_rows(rows, where)
+        )
         return [Segment(run_id, entries, meta) for run_id, entries, meta in parts]
 
     async def segment_parts(
@@ -105,7 +119,7 @@ class SQLSession(SQLStore):
             return rows, runs
 
         rows, runs = await self.database.read(work)
-        return build_segments(rows, runs, decode)
+        return build_segments(session_id, rows, runs, decode)
 
     # -- writing --------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
 from ..db.text_sql import byte_length
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
-from ..entries import ToolResultEntry, entries_from_json_rows, entry_to_json
+from ..entries import ToolResultEntry, entries_from_json_rows, entry_to_json, session_rows
 from .reads import DOCUMENT, SID, rows_below
 from .trimming import trim_entry
 
@@ -112,7 +112,8 @@ def trim_rows(conn: Connection, session_id: str, keep_chars: int, keep_runs: int
     # Decoded a batch at a time: one validation call per batch, memory
     # bounded by a batch of (possibly huge) outputs.
     while rows := candidates.fetchmany(_TRIM_BATCH):
-        entries = entries_from_json_rows([document for _, document in rows])
+        where = session_rows(session_id, [sequence for sequence, _ in rows])
+        entries = entries_from_json_rows([document for _, document in rows], where)
         for (sequence, _), entry in zip(rows, entries, strict=True):
             assert isinstance(entry, ToolResultEntry)
             short = trim_entry(entry, keep_chars)

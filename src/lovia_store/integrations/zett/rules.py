@@ -16,8 +16,10 @@ from typing import Any
 
 from zett_agent.json_types import json_object
 
+from ..._json import check_value
 from ...errors import LoviaStoreError, SnapshotConflictError, UserError
 from ...sessions.raw_log.ids import new_uuid7
+from ...sessions.raw_log.rules import MAX_SESSION_TYPE, check_display_text
 from ...sessions.raw_log.snapshots import SnapshotWording
 from ...validation import check_id, check_integer
 
@@ -50,6 +52,7 @@ def check_display(value: object, what: str) -> str | None:
         label, limit = "Agent name", MAX_AGENT_NAME
     if not isinstance(value, str):
         raise UserError(f"{label} must be a string, not {type(value).__name__}")
+    check_display_text(value, label)
     text = value.strip()
     if not text or len(text) > limit:
         raise UserError(f"{label} must contain between 1 and {limit} characters")
@@ -82,7 +85,9 @@ def check_session_type(value: object) -> int:
         raise UserError("session_type must be an integer code")
     if value < 0:
         raise UserError("session_type cannot be negative")
-    return check_integer(value, "session_type")
+    if value > MAX_SESSION_TYPE:  # an INTEGER column on every backend
+        raise UserError(f"session_type must be at most 2**31-1, got {value}")
+    return value
 
 
 def check_session_types(values: Sequence[int] | None) -> tuple[int, ...] | None:
@@ -122,8 +127,9 @@ def encode_context(value: Mapping[str, Any] | None, what: str, *, nonempty_keys:
         return "{}"
     try:
         validated = json_object(value, field_name=what, nonempty_keys=nonempty_keys)
-    except (ValueError, TypeError) as exc:
-        raise UserError(str(exc)) from exc
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise UserError(str(exc)) from None
+    check_value(validated, what)  # lone surrogates and depth, which zett's rule lets through
     return json.dumps(validated, ensure_ascii=False, sort_keys=True, allow_nan=False)
 
 

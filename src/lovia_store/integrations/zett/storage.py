@@ -41,7 +41,7 @@ from ...sessions.raw_log import models as core
 from ...sessions.raw_log.appends import PendingMessage
 from ...sessions.raw_log.reads import fetch_page, fetch_view, page_is_one_statement
 from ...sessions.raw_log.records import SUMMARY_COLUMNS
-from ...sessions.raw_log.rules import session_row_values
+from ...sessions.raw_log.rules import check_durations, session_row_values
 from ...sessions.raw_log.snapshots import write_snapshot
 from ...sessions.raw_log.storage import default_path
 from ...sessions.rewind import delete_session_rows
@@ -353,7 +353,7 @@ def _timing(timing: MessageTiming | None) -> core.MessageTiming:
     for name in core.TIMING_FIELDS:
         value = getattr(timing, name)
         values[name] = _aware(value) if isinstance(value, datetime) else value
-    return core.MessageTiming.model_construct(**values)
+    return check_durations(core.MessageTiming.model_construct(**values))
 
 
 def _aware(value: datetime) -> datetime:
@@ -365,10 +365,14 @@ def _usage(usage: ModelUsage | None) -> Usage | None:
         return None
     if not isinstance(usage, ModelUsage):
         raise UserError(f"usage must be a ModelUsage or None, not {type(usage).__name__}")
-    return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-    )
+    # Each counter fits a BIGINT column on every backend (SQLite overflowed at 2**63).
+    return Usage(**{name: check_integer(getattr(usage, name), f"usage.{name}") for name in _USAGE})
+
+
+_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ...db.tables import messages, sessions, snapshots
 from ...db.text_sql import utf8_bytes
-from ...entries import json_documents, name_unknown_entry
+from ...entries import Where, json_documents, name_unknown_entry
 from ...errors import StoredValueError
 from .ids import record_id
 from .models import (
@@ -100,7 +100,7 @@ def stored_object(
     except orjson.JSONDecodeError:
         try:  # what JSON allows and orjson refuses (an integer wider than 64 bits)
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = _INVALID
     if not isinstance(value, dict):
         problem = "is not valid JSON" if value is _INVALID else "must be a JSON object"
@@ -139,14 +139,14 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
     """
     if not rows:
         return []
-    documents = json_documents([row[_ENTRY_JSON] for row in rows])
+    documents = json_documents([row[_ENTRY_JSON] for row in rows], _at_rows(rows))
     values = [_record_values(row, document) for row, document in zip(rows, documents, strict=True)]
     try:
         return _RECORDS.validate_python(values)
     except ValidationError:
-        name_unknown_entry(
-            d for doc in documents for d in (doc if isinstance(doc, list) else [doc])
-        )
+        for index, doc in enumerate(documents):
+            items = doc if isinstance(doc, list) else [doc]
+            name_unknown_entry(items, _at_rows(rows), start=index)
         raise
 
 
@@ -196,4 +196,13 @@ def snapshot_from_row(row: Any) -> ContextSnapshot:
         created_at=row.created_at,
         updated_at=row.updated_at,
         envelope=None if row.envelope_json is None else orjson.loads(row.envelope_json),
+    )
+
+
+def _at_rows(rows: Sequence[Any]) -> Where:
+    """A page's rows: a damaged document is named by its session and sequence."""
+    return (
+        "lovia_messages",
+        "entry_json",
+        lambda i: {"session_id": rows[i][0], "sequence": rows[i][1]},
     )

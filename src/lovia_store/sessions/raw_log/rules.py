@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._json import dump_object
+from ..._json import check_text, dump_object
 from ...entries import (
     ENTRY_CLASSES,
     AssistantTextEntry,
@@ -17,6 +17,7 @@ from ...entries import (
     ToolCallEntry,
     TranscriptEntry,
     Usage,
+    check_entry_values,
 )
 from ...errors import UserError
 from ...validation import check_count, check_id, check_integer
@@ -26,10 +27,13 @@ from .models import CompactedMessage, MessageTiming
 __all__ = [
     "ASSISTANT_ENTRIES",
     "MAX_AGENT_NAME",
+    "MAX_SESSION_TYPE",
     "MAX_TITLE",
     "check_compacted",
     "check_count",
     "check_display",
+    "check_display_text",
+    "check_durations",
     "check_entry",
     "check_new_session_id",
     "check_parent",
@@ -47,10 +51,17 @@ ASSISTANT_ENTRIES = (AssistantTextEntry, ReasoningEntry, ToolCallEntry)
 """The entries a model produced: the only ones that may carry token usage."""
 
 
+MAX_SESSION_TYPE = 2**31 - 1
+"""``session_type`` is an INTEGER column on every backend (PostgreSQL refused a larger
+code mid-call, MariaDB stored 2147483647): one range, checked before any SQL."""
+
+
 def check_session_type(value: object, what: str = "session_type") -> int:
     number = check_integer(value, what)
     if number < 0:
         raise UserError(f"{what} cannot be negative, got {number}")
+    if number > MAX_SESSION_TYPE:
+        raise UserError(f"{what} must be at most 2**31-1, got {number}")
     return number
 
 
@@ -88,11 +99,13 @@ def check_parent(value: object, session_id: str) -> str | None:
 
 
 def check_display(value: object, what: str, limit: int) -> str | None:
-    """A display value normalised for storage: stripped, 1..``limit`` characters."""
+    """A display value normalised for storage: stripped, 1..``limit`` characters,
+    with no NUL (PostgreSQL's text cannot hold one) and no lone surrogate."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise UserError(f"{what} must be a string, got {type(value).__name__}")
+    check_display_text(value, what)
     text = value.strip()
     if not text or len(text) > limit:
         raise UserError(
@@ -116,12 +129,30 @@ def encode_object(value: object, what: str, *, nonempty_keys: bool = False) -> s
     return dump_object(data, what)
 
 
+def check_display_text(value: str, what: str) -> None:
+    """Every backend stores the same display text: no NUL, no lone surrogate."""
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise UserError(f"{what} contains a NUL character at position {nul}")
+    check_text(value, what)
+
+
 def check_entry(value: object) -> TranscriptEntry:
     if not isinstance(value, ENTRY_CLASSES):
         raise UserError(
             f"message is {type(value).__name__}, not a transcript entry "
             "(InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry or ToolResultEntry)"
         )
+    check_entry_values(value, "message")
+    return value
+
+
+def check_durations(value: MessageTiming) -> MessageTiming:
+    """A timing's durations fit the BIGINT columns on every backend."""
+    for name in ("duration_ns", "reasoning_duration_ns", "content_duration_ns"):
+        duration = getattr(value, name)
+        if duration is not None:
+            check_integer(duration, f"timing.{name}")
     return value
 
 
@@ -130,7 +161,7 @@ def check_timing(value: object) -> MessageTiming:
         return MessageTiming.instant()
     if not isinstance(value, MessageTiming):
         raise UserError(f"timing must be a MessageTiming or None, not {type(value).__name__}")
-    return value
+    return check_durations(value)
 
 
 def check_usage(value: object, message: TranscriptEntry) -> Usage | None:
