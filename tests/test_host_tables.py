@@ -4,7 +4,10 @@ finished by the next open. On SQLite, PostgreSQL and MariaDB, real servers."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -225,3 +228,51 @@ async def test_a_first_migration_that_failed_half_way_is_finished_next_time(
         wanted = {str(ix.name) for ix in table.indexes}
         assert wanted <= await target.indexes(name), name
     assert (await target.run(f"SELECT version_num FROM {VERSION_TABLE}")) == [[(head_revision(),)]]
+
+
+CONVERT_CHILD = Path(__file__).with_name("convert_child.py")
+
+
+def _first_open(where: str, *mode: str) -> subprocess.CompletedProcess[str]:
+    """A process that opens ``where`` (migrating it), killed as ``mode`` says."""
+    return subprocess.run(
+        [sys.executable, str(CONVERT_CHILD), where, *mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def _assert_at_head_and_usable(target: Target) -> None:
+    async with target.session() as store:
+        await store.append("alice", a_run("1"), run_id="r1")
+        assert len(await store.load("alice")) == len(a_run("1"))
+    await check(target.where)
+    tables = await target.tables()
+    for name, table in metadata.tables.items():
+        assert tables[name] == {column.name for column in table.columns}, name
+        assert {str(ix.name) for ix in table.indexes} <= await target.indexes(name), name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_first_migration_killed_anywhere_is_finished_by_the_next_open(
+    kind: str, tmp_path: Path
+) -> None:
+    """kill -9 before the Nth statement of a fresh database's first migration, at points
+    spread over all of it: the next open (another process) finishes it."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def fresh(name: str) -> Target:
+            if kind == "sqlite":
+                return Target(kind, str(tmp_path / f"{name}.sqlite3"))
+            return Target(kind, await stack.enter_async_context(fresh_server_database(kind)))
+
+        counted = _first_open((await fresh("count")).where, "count")
+        assert counted.returncode == 0, counted.stderr
+        statements = int(counted.stdout)
+        points = sorted({2, statements // 4, statements // 2, 3 * statements // 4, statements - 1})
+        for point in points if kind == "mariadb" else points[1::2]:
+            target = await fresh(f"kill-{point}")
+            killed = _first_open(target.where, "statement", str(point))
+            assert killed.returncode == -9, (point, killed.stderr)
+            await _assert_at_head_and_usable(target)

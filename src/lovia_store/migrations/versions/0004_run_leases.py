@@ -23,7 +23,16 @@ def _set_checkpoint_version(version: int) -> None:
     op.execute(schema.update().where(schema.c.store == "checkpoint").values(version=version))
 
 
+def _exists(name: str) -> bool:
+    """A run of this revision that failed half-way on MySQL/MariaDB (each DDL statement
+    commits by itself, the version row later) may have created the table already."""
+    return name in sa.inspect(op.get_bind()).get_table_names()
+
+
 def upgrade() -> None:
+    if _exists("lovia_run_leases"):
+        _set_checkpoint_version(3)
+        return
     op.create_table(
         "lovia_run_leases",
         sa.Column("run_id", sa.String(255), nullable=False),
