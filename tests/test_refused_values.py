@@ -228,3 +228,11 @@ async def test_invalid_utf8_in_an_entry_row_is_a_stored_value_error(
         await damage(session, "UPDATE lovia_messages SET entry_json = CAST(X'7B22FF' AS TEXT)")
         with pytest.raises(StoredValueError, match=r"UnicodeDecodeError.*session_id=.u1."):
             await session.load("u1")
+        # Columns sqlite3 reads as text itself: typed too, the value left out.
+        await session.append("u2", [], run_id="r1", meta={"k": 1})
+        await damage(session, "UPDATE lovia_session_runs SET meta_json = CAST(X'7B22FF' AS TEXT)")
+        with pytest.raises(StoredValueError, match=r"not UTF-8.*column meta_json") as caught:
+            await session.segments("u2")
+        assert "\ufffd" not in str(caught.value)
+        await session.append("u3", [InputEntry(role="user", content="ok")], run_id="r2")
+        assert await session.load("u3") == [InputEntry(role="user", content="ok")]

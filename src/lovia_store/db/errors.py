@@ -12,6 +12,7 @@ from ..errors import (
     ConflictError,
     LoviaStoreError,
     StoreBusyError,
+    StoredValueError,
     StoreUnavailableError,
     UserError,
 )
@@ -70,6 +71,9 @@ def _mysql_code(orig: BaseException | None) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+_NOT_UTF8 = re.compile(r"Could not decode to UTF-8 column '(\w+)'")
+
+
 def translate(
     exc: DBAPIError,
     database: str,
@@ -93,6 +97,16 @@ def translate(
     if isinstance(exc, IntegrityError):
         return ConflictError(f"{database}: {text}")
     lowered = text.lower()
+    undecodable = _NOT_UTF8.search(text)
+    if undecodable is not None:
+        # sqlite3 cannot read a TEXT value that is not UTF-8 (another program wrote
+        # it): a damaged row, not an unreachable database; its text is left out.
+        return StoredValueError(
+            f"{database}: a stored value is not UTF-8",
+            table="?",
+            column=undecodable.group(1),
+            row={},
+        )
     if "database is locked" in lowered or "database table is locked" in lowered:
         return StoreBusyError(f"{database}: {text}", retry_safe=True)
     if _sqlstate(orig) in _PG_BUSY or _mysql_code(orig) in _MYSQL_BUSY:
