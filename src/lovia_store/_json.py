@@ -48,6 +48,8 @@ def check_value(value: Any, what: str, *, models: bool = False) -> None:
     object's (the entries and heads a store encodes). Iterative, so a value
     nested 10,000 deep is a ``UserError``, never a ``RecursionError``.
     """
+    if _clean(value, models):  # the common case, without building paths
+        return
     stack: list[tuple[Any, str, int]] = [(value, what, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -77,6 +79,56 @@ def check_value(value: Any, what: str, *, models: bool = False) -> None:
             stack.extend((v, f"{path}.{k}", depth + 1) for k, v in item.__dict__.items())
             continue
         raise UserError(f"{path} holds a {type(item).__name__}, which is not JSON")
+
+
+_ATOMS = (type(None), bool, int)
+
+
+def _clean(value: Any, models: bool) -> bool:
+    """Whether ``check_value`` would pass ``value``: the same rules, no messages."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+            continue
+        if kind in _ATOMS:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+            continue
+        if depth >= MAX_DEPTH:
+            return False
+        depth += 1
+        if kind is dict:
+            for key, v in item.items():
+                if type(key) is not str or not (key.isascii() or _encodes(key)):
+                    return False
+                push((v, depth))
+        elif kind is list or kind is tuple:
+            for v in item:
+                push((v, depth))
+        elif models and isinstance(item, BaseModel):
+            for v in item.__dict__.values():
+                push((v, depth))
+        else:
+            return False  # a subclass or another type: the slow walk decides
+    return True
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def dump_object(value: Any, what: str) -> str:
