@@ -236,3 +236,25 @@ async def test_invalid_utf8_in_an_entry_row_is_a_stored_value_error(
         assert "\ufffd" not in str(caught.value)
         await session.append("u3", [InputEntry(role="user", content="ok")], run_id="r2")
         assert await session.load("u3") == [InputEntry(role="user", content="ok")]
+
+
+@pytest.mark.parametrize("wal", [False, True])
+async def test_the_lovia_integration_refuses_a_lone_surrogate_and_deep_recursion(
+    tmp_path: Path, wal: bool
+) -> None:
+    from lovia.transcript import InputEntry as LoviaInput
+    from lovia.transcript import ToolResultEntry as LoviaResult
+
+    from lovia_store.integrations import lovia as ours
+
+    async with ours.SQLiteSession(tmp_path / "store.sqlite3", wal=wal) as session:
+        for entry in (
+            LoviaInput(role="user", content="\ud800"),
+            LoviaResult(call_id="c", output="o", raw={"\udc00": 1}),
+            LoviaResult(call_id="c", output="o", raw=deep(10_000)),
+        ):
+            with pytest.raises(UserError):
+                await session.append("u1", [entry], run_id="r1")
+        assert await session.load("u1") == []
+        await session.append("u1", [LoviaInput(role="user", content="ok")], run_id="r1")
+        assert len(await session.load("u1")) == 1

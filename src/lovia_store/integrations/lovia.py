@@ -28,7 +28,7 @@ import os
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Self, TypeVar
 
-from .._json import dump_object
+from .._json import check_text, dump_object
 from ..checkpoints import sql as sql_checkpoints
 from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
 from ..db.store import SQLStore, StoreTarget
@@ -71,9 +71,11 @@ def _name(value: object) -> str:
 
 def _dump(document: Any, what: str) -> str:
     try:
-        return json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise UserError(f"{what} cannot be stored as JSON exactly: {exc}") from None
+    check_text(text, what)  # a lone surrogate, in a value or a key: no UTF-8 form
+    return text
 
 
 def encode_entries(entries: Sequence[object]) -> EncodedRun:
@@ -82,7 +84,10 @@ def encode_entries(entries: Sequence[object]) -> EncodedRun:
     for index, entry in enumerate(entries):
         if not isinstance(entry, _ENTRY_CLASSES):
             raise UserError(f"entries[{index}] is {_name(entry)}, not a lovia transcript entry")
-        document = entry_to_dict(entry)
+        try:
+            document = entry_to_dict(entry)
+        except RecursionError:  # lovia's own converter recurses on each level
+            raise UserError(f"entries[{index}] is nested too deep to store") from None
         run.types.append(entry.type)
         run.call_ids.append(document.get("call_id"))
         run.documents.append(_dump(document, f"entries[{index}]"))
