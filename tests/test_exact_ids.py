@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateTable
 
-from conftest import SQLITE_KINDS, Backend, _mysql_admin, fresh_server_database
+from conftest import Backend, _mysql_admin, fresh_server_database
 from helpers import call, result, say, user
 from lovia_store import (
     Database,
@@ -41,7 +41,6 @@ from lovia_store import (
     RunHead,
     Segment,
     SQLCheckpointer,
-    SQLiteCheckpointer,
     SQLSession,
     SQLSessionStorage,
     entry_to_dict,
@@ -109,15 +108,6 @@ OURS = sorted(set(metadata.tables))
 PAD_BIN = "utf8mb4_bin"
 
 AnyCheckpointer = InMemoryCheckpointer | SQLCheckpointer
-
-
-def make_checkpointer(backend: Backend) -> AnyCheckpointer:
-    if backend.kind == "memory":
-        return InMemoryCheckpointer()
-    assert backend.target is not None
-    if backend.kind in SQLITE_KINDS:
-        return SQLiteCheckpointer(backend.target, wal=backend.kind == "sqlite_wal")
-    return SQLCheckpointer(backend.target)
 
 
 # -- what every backend does ----------------------------------------------------------------------
@@ -193,7 +183,7 @@ async def test_the_raw_log_keeps_sessions_and_request_ids_apart(sql_backend: Bac
 
 
 async def test_checkpoint_run_ids_are_separate_checkpoints(backend: Backend) -> None:
-    async with make_checkpointer(backend) as cp:
+    async with backend.checkpointer() as cp:
         for run_id in RUNS:
             await cp.append(run_id, [user(run_id)], RunHead(agent_name=f"agent {run_id!r}"))
         for run_id in RUNS:
@@ -212,7 +202,7 @@ async def test_checkpoint_run_ids_are_separate_checkpoints(backend: Backend) -> 
 
 
 async def test_tool_effects_and_leases_keep_ids_apart(backend: Backend) -> None:
-    async with make_checkpointer(backend) as cp:
+    async with backend.checkpointer() as cp:
         for call_id in ("c1", "c1 ", " c1", "C1"):
             await cp.record_intent("run", call_id, f"tool for {call_id!r}")
         await cp.record_intent("run ", "c1", "the other run's tool")

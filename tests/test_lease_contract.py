@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from conftest import SQLITE_KINDS, Backend
+from conftest import Backend
 from helpers import call, say, user
 from lovia_store import (
     Agent,
@@ -33,7 +33,6 @@ from lovia_store import (
     RunOwnershipLost,
     ScriptedModel,
     SQLCheckpointer,
-    SQLiteCheckpointer,
     ToolContext,
     UserError,
     function_tool,
@@ -47,16 +46,8 @@ HEAD = RunHead(agent_name="a")
 
 @pytest.fixture
 async def cp(backend: Backend) -> AsyncIterator[AnyCheckpointer]:
-    store: AnyCheckpointer
-    if backend.kind == "memory":
-        store = InMemoryCheckpointer()
-    elif backend.kind in SQLITE_KINDS:
-        assert backend.target is not None
-        store = SQLiteCheckpointer(backend.target, wal=backend.kind == "sqlite_wal")
-    else:
-        assert backend.target is not None
-        store = SQLCheckpointer(backend.target)
-    async with store:
+    """The checkpointer of every backend (conftest's registry), memory included."""
+    async with backend.checkpointer() as store:
         yield store
 
 

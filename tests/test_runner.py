@@ -1,7 +1,8 @@
 """``Runner``: every behaviour lovia's "Sessions & checkpoints" document states.
 
-Storage-backed tests run on memory, SQLite and PostgreSQL, each with a session
-and a checkpointer of the same kind. Crashes are simulated in process: a tool
+Storage-backed tests run on every backend (memory, SQLite in both journal modes,
+PostgreSQL through asyncpg and psycopg, MariaDB), each with a session and a
+checkpointer of the same kind. Crashes are simulated in process: a tool
 raising ``CancelledError`` (a worker stopped mid-tool), a model raising on a
 chosen turn, store wrappers whose writes fail once, or a snapshot written by
 hand with ``checkpointer.append``.
@@ -14,12 +15,11 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import create_pg_database, drop_pg_database
+from conftest import Backend
 from helpers import call, result, say, user
 from lovia_store import (
     Agent,
@@ -37,8 +37,6 @@ from lovia_store import (
     ScriptedModel,
     Segment,
     SQLCheckpointer,
-    SQLiteCheckpointer,
-    SQLiteSession,
     SQLSession,
     Tool,
     ToolCallEntry,
@@ -67,27 +65,11 @@ class Stores:
     checkpointer: InMemoryCheckpointer | SQLCheckpointer
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    kind: str = request.param
-    if kind == "memory":
-        yield Stores(kind, InMemorySession(), InMemoryCheckpointer())
-        return
-    url: str | None = None
-    if kind == "sqlite":
-        path = tmp_path / "runs.sqlite3"
-        session: SQLSession = SQLiteSession(path)
-        checkpointer: SQLCheckpointer = SQLiteCheckpointer(path)
-    else:
-        url = await create_pg_database()
-        session, checkpointer = SQLSession(url), SQLCheckpointer(url)
-    try:
-        yield Stores(kind, session, checkpointer)
-    finally:
-        await session.close()
-        await checkpointer.close()
-        if url is not None:
-            await drop_pg_database(url)
+@pytest.fixture
+async def stores(backend: Backend) -> AsyncIterator[Stores]:
+    """The session and checkpointer of every backend (conftest's registry), memory included."""
+    async with backend.session() as session, backend.checkpointer() as checkpointer:
+        yield Stores(backend.kind, session, checkpointer)
 
 
 class StoreDown(Exception):
