@@ -22,16 +22,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Integer, bindparam, select, text
 
-from conftest import SQLITE_KINDS, Backend
+from conftest import Backend
 from helpers import a_run, user
 from lovia_store import (
     CompactedMessage,
     Database,
-    InMemoryCheckpointer,
     InMemorySession,
     RunHead,
     SQLCheckpointer,
-    SQLiteCheckpointer,
     SQLSession,
     SQLSessionStorage,
     StoreUnavailableError,
@@ -42,15 +40,6 @@ BEYOND_INT32 = 2**31  # PostgreSQL's INTEGER ends below it; asyncpg refuses it c
 LARGEST = 2**63 - 1  # the largest count the argument checks accept
 LONE = "\ud800"  # what json.loads('"\\ud800"') gives for client input
 ORDINARY_CALLS = 40
-
-
-def checkpointer(backend: Backend) -> InMemoryCheckpointer | SQLCheckpointer:
-    if backend.kind == "memory":
-        return InMemoryCheckpointer()
-    assert backend.target is not None
-    if backend.kind in SQLITE_KINDS:
-        return SQLiteCheckpointer(backend.target, wal=backend.kind == "sqlite_wal")
-    return SQLCheckpointer(backend.target)
 
 
 @dataclass
@@ -180,7 +169,7 @@ async def test_limit_and_offset_take_every_value_the_checks_accept(stores: Store
 @pytest.mark.parametrize("argument", ["limit", "offset"])
 async def test_list_runs_refuses_what_no_backend_can_bind(backend: Backend, argument: str) -> None:
     """As every other count: at most 2**63-1 (SQLite raised OverflowError beyond it)."""
-    async with checkpointer(backend) as checkpoints:
+    async with backend.checkpointer() as checkpoints:
         with pytest.raises(UserError, match=argument):
             await checkpoints.list_runs(**{argument: 2**63})
         assert await checkpoints.list_runs(**{argument: LARGEST}) == []
@@ -218,7 +207,7 @@ async def test_a_lone_surrogate_in_an_id_is_a_user_error_everywhere(
             with pytest.raises(UserError, match="session_id"):
                 session.iter_entries(bad)
         assert len(await session.load("s")) == 4
-    async with checkpointer(backend) as checkpoints:
+    async with backend.checkpointer() as checkpoints:
         run_calls: list[Callable[[], Awaitable[Any]]] = [
             lambda: checkpoints.load(bad),
             lambda: checkpoints.delete(bad),
