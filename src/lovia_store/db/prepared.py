@@ -41,7 +41,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable
 
-__all__ = ["DRIVER_CURSOR", "Prepared", "Rows", "traced"]
+__all__ = ["DRIVER_CURSOR", "Prepared", "Rows", "traced", "untraced"]
 
 DRIVER_CURSOR = "lovia_store_driver_cursor"
 """Execution option: run prepared statements on the driver's cursor."""
@@ -193,6 +193,12 @@ class Prepared:
         if options.get(DRIVER_CURSOR) and not traced(conn):
             return _on_driver_cursor(conn, plan.sql, arguments, many=rows is not None)
         return conn.exec_driver_sql(plan.sql, arguments)
+
+
+def untraced(conn: Connection) -> bool:
+    """Whether a prepared statement on ``conn`` runs on the driver's cursor now (the
+    engine allows it and nothing listens): then no listener can see a statement."""
+    return bool(conn.get_execution_options().get(DRIVER_CURSOR)) and not traced(conn)
 
 
 def traced(conn: Connection) -> bool:

@@ -27,7 +27,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import LoviaStoreError
 from .errors import connect_failure, lost_connection, translate
-from .prepared import Prepared
+from .prepared import Prepared, untraced
 from .urls import display_url
 
 __all__ = [
@@ -105,11 +105,13 @@ class Bracket(NamedTuple):
 def transaction(conn: Connection, work: Work[T], bracket: Bracket | None = None) -> T:
     """Run ``work`` in one transaction on ``conn``.
 
-    With ``bracket``, BEGIN, COMMIT and ROLLBACK run as statements, so they reach
-    the engine's cursor listeners as every other statement does (SQLAlchemy's
-    own commit and rollback then find nothing left to do). Without it they are
-    the driver's (asyncpg, psycopg, asyncmy): only the engine's ``begin``,
-    ``commit`` and ``rollback`` events show them.
+    With ``bracket``, BEGIN runs as a statement, and so do COMMIT and ROLLBACK
+    whenever a listener could see them (SQLAlchemy's own commit and rollback then
+    find nothing left to do): they reach the engine's cursor listeners as every
+    other statement does. While nothing listens, the driver's commit() and
+    rollback() end the transaction, as cheaply as before. Without ``bracket`` all
+    three are the driver's (asyncpg, psycopg, asyncmy): only the engine's
+    ``begin``, ``commit`` and ``rollback`` events show them.
     """
     committing = False
     try:
@@ -120,14 +122,14 @@ def transaction(conn: Connection, work: Work[T], bracket: Bracket | None = None)
             result = work(conn)
         except BaseException:
             # SQLite ends a transaction itself on some errors: nothing to roll back then.
-            if bracket is not None and _driver_in_transaction(conn):
+            if bracket is not None and _seen_and_open(conn):
                 bracket.rollback.execute(conn, {})
             transaction.rollback()
             raise
         committing = True
         try:
             # As sqlite3's own commit(): only what is open (work may have committed itself).
-            if bracket is not None and _driver_in_transaction(conn):
+            if bracket is not None and _seen_and_open(conn):
                 bracket.commit.execute(conn, {})
             transaction.commit()  # after our COMMIT, the driver has nothing left to commit
         except DBAPIError:
@@ -143,10 +145,11 @@ def transaction(conn: Connection, work: Work[T], bracket: Bracket | None = None)
         raise Failed(exc, committing) from exc
 
 
-def _driver_in_transaction(conn: Connection) -> bool:
-    """Whether pysqlite's connection under ``conn`` is inside a transaction (False
-    once ``conn`` is closed: the pool's reset rolled it back)."""
-    if conn.closed or conn.invalidated:
+def _seen_and_open(conn: Connection) -> bool:
+    """Whether COMMIT or ROLLBACK should run as our own statement: something could see
+    it (a listener, ``echo``), and pysqlite's connection under ``conn`` is inside a
+    transaction (not once ``conn`` is closed: the pool's reset rolled it back)."""
+    if conn.closed or conn.invalidated or untraced(conn):
         return False
     return bool(conn.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
 
