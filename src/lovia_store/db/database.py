@@ -6,16 +6,19 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from sqlalchemy import Connection
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import Executable
 
 from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
 from .errors import read_retry_safe, worth_retrying
+from .prepared import Prepared
 from .runners import AsyncRunner, Runner, Work, make_async_engine
 from .sqlite_runner import ThreadRunner
 from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
@@ -200,39 +203,55 @@ class Database:
 
     # -- transactions ---------------------------------------------------------
 
-    async def read(self, work: Work[T], *, single_statement: bool = False) -> T:
-        """Run ``work(connection)`` in one read transaction (a consistent snapshot).
-
-        ``single_statement=True`` says ``work`` runs one statement, which sees
-        one snapshot by itself: on PostgreSQL it then runs without BEGIN and
-        COMMIT (two round trips fewer).
-        """
+    async def read(self, work: Work[T]) -> T:
+        """Run ``work(connection)`` in one read transaction (a consistent snapshot)."""
         await self.ensure_schema()
-        return await self.read_unchecked(work, single_statement=single_statement)
+        return await self.read_unchecked(work)
 
-    async def write(self, work: Work[T], *, single_statement: bool = False) -> T:
+    async def write(self, work: Work[T]) -> T:
         """Run ``work(connection)`` in one write transaction: all of it commits or none.
 
         A cancelled caller never leaves a half-applied write: the transaction
         finishes or rolls back on its own, and a retry under the same key is
         then a no-op. Busy errors that provably happened before commit are
         retried a bounded number of times.
-
-        ``single_statement=True`` says that on PostgreSQL ``work`` runs one
-        statement, atomic by itself and idempotent (a connection lost
-        mid-statement is retried, and the first attempt may have committed):
-        it then runs without BEGIN and COMMIT, two round trips fewer. Other
-        databases run it in a transaction as usual.
         """
         await self.ensure_schema()
-        return await self.write_unchecked(work, single_statement=single_statement)
+        return await self.write_unchecked(work)
 
-    async def read_unchecked(self, work: Work[T], *, single_statement: bool = False) -> T:
-        """``read`` without the schema check (the gate itself uses it).
+    async def read_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The rows of one statement, which sees one snapshot by itself: on
+        PostgreSQL it runs without BEGIN and COMMIT (two round trips fewer)."""
+        await self.ensure_schema()
+        return await self._read(_one(statement, params), single_statement=True)
 
-        A read that lost its connection is retried even when it was lost at
-        COMMIT, which for a write leaves the outcome unknown: a read wrote nothing.
+    async def write_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
+        """Run one statement that returns rows, atomic by itself, and return them.
+
+        On PostgreSQL it runs without BEGIN and COMMIT. It must be idempotent:
+        a connection lost mid-statement is retried, and the first attempt may
+        have committed. Taking a statement, not a work, is what keeps a second
+        statement from running outside a transaction.
         """
+        await self.ensure_schema()
+        return await self._write(_one(statement, params), single_statement=True)
+
+    async def read_unchecked(self, work: Work[T]) -> T:
+        """``read`` without the schema check (the gate itself uses it)."""
+        return await self._read(work, single_statement=False)
+
+    async def write_unchecked(self, work: Work[T], *, lock_wait: float | None = None) -> T:
+        """``write`` without the schema check (the gate itself uses it).
+
+        ``lock_wait`` (seconds) replaces ``busy_timeout`` as the call's longest wait
+        for another process's SQLite lock: a migration waits for another process's
+        migration as long as the server backends' migration lock does.
+        """
+        return await self._write(work, single_statement=False, lock_wait=lock_wait)
+
+    async def _read(self, work: Work[T], *, single_statement: bool) -> T:
+        """A read that lost its connection is retried even when it was lost at
+        COMMIT, which for a write leaves the outcome unknown: a read wrote nothing."""
         self._check_open()
 
         async def attempt() -> T:
@@ -244,15 +263,9 @@ class Database:
 
         return await self._retrying(attempt)
 
-    async def write_unchecked(
-        self, work: Work[T], *, single_statement: bool = False, lock_wait: float | None = None
+    async def _write(
+        self, work: Work[T], *, single_statement: bool, lock_wait: float | None = None
     ) -> T:
-        """``write`` without the schema check (the gate itself uses it).
-
-        ``lock_wait`` (seconds) replaces ``busy_timeout`` as the call's longest wait
-        for another process's SQLite lock: a migration waits for another process's
-        migration as long as the server backends' migration lock does.
-        """
         self._check_open()
         return await self._retrying(
             lambda: self._runner.run(work, write=True, single_statement=single_statement),
@@ -366,3 +379,17 @@ def as_database(
             raise UserError("wal applies when the store opens the database itself")
         return target, False
     return Database(target, wal=wal), True
+
+
+Statement = Prepared | Executable
+"""What ``read_one`` and ``write_one`` run: a ``Prepared`` or a Core statement."""
+
+
+def _one(statement: Statement, params: Mapping[str, Any]) -> Work[Sequence[Any]]:
+    if isinstance(statement, Prepared):
+        return lambda conn: statement.execute(conn, params).all()
+
+    def work(conn: Connection) -> Sequence[Any]:
+        return conn.execute(statement, dict(params)).all()
+
+    return work

@@ -48,14 +48,18 @@ from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import TranscriptEntry, call_id_of, entry_to_json
+from ..errors import ConflictError
 
 __all__ = [
+    "RUN_STORED",
     "Bumped",
     "EncodedRun",
+    "append_in_one_statement",
     "append_message",
     "bump_session",
     "encode_run",
     "store_run",
+    "violates_run_key",
 ]
 
 
@@ -213,7 +217,7 @@ def _append_in_one_statement() -> Prepared:
 
 _APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
 
-_RUN_STORED = select(r.position).where(
+RUN_STORED = select(r.position).where(
     r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")
 )
 _RUN_KEY = session_runs.primary_key.name
@@ -239,36 +243,38 @@ def encode_run(entries: Sequence[TranscriptEntry]) -> EncodedRun:
     )
 
 
+def append_in_one_statement(
+    session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+) -> tuple[Prepared, dict[str, Any]]:
+    """``store_run`` as one statement and its parameters, for backends with
+    ``one_statement_writes``: a stored run id makes it fail whole, the bump
+    included (``violates_run_key`` tells that failure)."""
+    bump = bump_params(session_id, messages=len(run.documents), runs=1, now=utcnow())
+    params = {
+        **bump,
+        "run_id": run_id,
+        "meta_json": meta_json,
+        "entry_types": run.types,
+        "call_ids": run.call_ids,
+        "documents": run.documents,
+    }
+    return _APPEND_IN_ONE_STATEMENT, params
+
+
+def violates_run_key(conflict: ConflictError) -> bool:
+    """Whether ``conflict`` broke the run key (where the driver names the constraint)."""
+    cause = conflict.__cause__
+    return isinstance(cause, IntegrityError) and violated_constraint(cause) == _RUN_KEY
+
+
 def store_run(
     conn: Connection, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
 ) -> bool:
-    """Write one run and its entries; False (with the session already bumped: roll
-    back) when the run id is stored. One statement on PostgreSQL (which leaves
-    nothing behind when it finds the run id stored), three elsewhere."""
+    """Write one run and its entries in the caller's transaction: the bump, the run
+    row, the entries. False (with the session already bumped: roll back) when the
+    run id is stored."""
     now = utcnow()
     count = len(run.documents)
-    bump = bump_params(session_id, messages=count, runs=1, now=now)
-    if capabilities(conn).one_statement_writes:  # the one-statement twin of what follows
-        params = {
-            **bump,
-            "run_id": run_id,
-            "meta_json": meta_json,
-            "entry_types": run.types,
-            "call_ids": run.call_ids,
-            "documents": run.documents,
-        }
-        try:
-            _APPEND_IN_ONE_STATEMENT.execute(conn, params)
-        except IntegrityError as exc:
-            # A violation of the run key is the no-op, even when a clear() has
-            # removed the run since. Where the driver names no constraint, or
-            # another one, the run is looked up.
-            if violated_constraint(exc) != _RUN_KEY:
-                key = {"sid": session_id, "run_id": run_id}
-                if conn.execute(_RUN_STORED, key).first() is None:
-                    raise
-            return False
-        return True
     bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
     first = bumped.last_sequence - count + 1
     run_row = {

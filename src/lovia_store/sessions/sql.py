@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 
 from ..checkpoints.contract import Checkpointer
 from ..checkpoints.sql import delete_runs
+from ..db.dialect import capabilities
 from ..db.store import SQLStore, StoreTarget
 from ..entries import (
     TranscriptEntry,
@@ -27,9 +28,17 @@ from ..entries import (
     rows_of,
     session_rows,
 )
+from ..errors import ConflictError
 from ..validation import check_call_ids, check_count, check_id
 from .contract import Segment, check_append
-from .log import EncodedRun, encode_run, store_run
+from .log import (
+    RUN_STORED,
+    EncodedRun,
+    append_in_one_statement,
+    encode_run,
+    store_run,
+    violates_run_key,
+)
 from .reads import BATCH, LOAD, SEGMENT_ROWS, SEGMENT_RUNS, build_segments
 from .rewind import delete_session_rows, rewind_rows
 from .trim import trim_rows
@@ -63,11 +72,9 @@ class SQLSession(SQLStore):
         """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> Sequence[str | bytes]:
-            return conn.execute(LOAD, {"sid": session_id}).scalars().all()
-
+        rows = await self.database.read_one(LOAD, {"sid": session_id})
         # One document per entry: a row holding several (a zett message) is split.
-        return expand_documents(await self.database.read(work, single_statement=True))
+        return expand_documents([document for (document,) in rows])
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
@@ -87,11 +94,8 @@ class SQLSession(SQLStore):
         after = 0
         while True:
 
-            def work(conn: Connection, after: int = after) -> Sequence[Any]:
-                params = {"sid": session_id, "after": after, "size": size}
-                return conn.execute(BATCH, params).all()
-
-            rows = await self.database.read(work, single_statement=True)
+            params = {"sid": session_id, "after": after, "size": size}
+            rows = await self.database.read_one(BATCH, params)
             where = session_rows(session_id, [row.sequence for row in rows])
             for entry in entries_from_json_rows([row.entry_json for row in rows], where):
                 yield entry
@@ -142,13 +146,34 @@ class SQLSession(SQLStore):
         """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
         check_call_ids(run.call_ids)
 
+        if capabilities(self.database.dialect).one_statement_writes:
+            # One statement, atomic and idempotent by run id: the same append as below.
+            statement, params = append_in_one_statement(session_id, run_id, meta_json, run)
+            try:
+                await self.database.write_one(statement, params)
+            except ConflictError as exc:
+                if not await self._run_stored(exc, session_id, run_id):
+                    raise
+            return
+
         def work(conn: Connection) -> None:
             if not store_run(conn, session_id, run_id, meta_json, run):
                 raise _AlreadyStored
 
-        # On PostgreSQL the append is one statement, atomic and idempotent by run id.
         with contextlib.suppress(_AlreadyStored):
-            await self.database.write(work, single_statement=True)
+            await self.database.write(work)
+
+    async def _run_stored(self, conflict: ConflictError, session_id: str, run_id: str) -> bool:
+        """Whether ``conflict`` is the idempotent no-op: the run is stored already.
+
+        A violation of the run key is the no-op, even when a clear() has removed
+        the run since. Where the driver names no constraint, or another one, the
+        run is looked up.
+        """
+        if violates_run_key(conflict):
+            return True
+        key = {"sid": session_id, "run_id": run_id}
+        return bool(await self.database.read_one(RUN_STORED, key))
 
     async def clear(self, session_id: str) -> None:
         """Delete the session: its entries, runs, snapshots and identity."""

@@ -39,7 +39,7 @@ from ...entries import Usage
 from ...errors import UserError
 from ...sessions.raw_log import models as core
 from ...sessions.raw_log.appends import PendingMessage
-from ...sessions.raw_log.reads import fetch_page, fetch_view, page_is_one_statement
+from ...sessions.raw_log.reads import fetch_view, read_page
 from ...sessions.raw_log.records import SUMMARY_COLUMNS
 from ...sessions.raw_log.rules import check_durations, session_row_values
 from ...sessions.raw_log.snapshots import write_snapshot
@@ -53,6 +53,7 @@ __all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
 
 s = sessions.c
 _SUMMARY = select(*SUMMARY_COLUMNS).where(s.session_id == bindparam("sid"))
+_MESSAGE_COUNT = select(s.message_count).where(s.session_id == bindparam("sid"))
 
 
 class SQLSessionStorage(SyncMethodsMixin):
@@ -134,11 +135,8 @@ class SQLSessionStorage(SyncMethodsMixin):
         """One session's storage metadata, without its messages; None if unknown."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> Any:
-            return conn.execute(_SUMMARY, {"sid": session_id}).first()
-
-        row = await self.database.read(work, single_statement=True)
-        return None if row is None else summary_from_row(row)
+        rows = await self.database.read_one(_SUMMARY, {"sid": session_id})
+        return summary_from_row(rows[0]) if rows else None
 
     async def update_session(
         self, session_id: str, *, title: str | None = None, agent_name: str | None = None
@@ -202,11 +200,8 @@ class SQLSessionStorage(SyncMethodsMixin):
         """How many raw messages the session holds (0 if unknown), from its session row."""
         check_id(session_id, "session_id")
 
-        def work(conn: Connection) -> int:
-            query = select(s.message_count).where(s.session_id == session_id)
-            return int(conn.execute(query).scalar() or 0)
-
-        return await self.database.read(work, single_statement=True)
+        rows = await self.database.read_one(_MESSAGE_COUNT, {"sid": session_id})
+        return int(rows[0][0]) if rows else 0
 
     # -- the Raw Log ----------------------------------------------------------
 
@@ -224,18 +219,15 @@ class SQLSessionStorage(SyncMethodsMixin):
         after, through = rules.check_bounds(after_sequence, through_sequence)
         limit, offset = rules.check_page(limit, offset)
 
-        def work(conn: Connection) -> Sequence[Any]:
-            return fetch_page(
-                conn,
-                session_id,
-                after_sequence=after,
-                through_sequence=through,
-                limit=limit,
-                offset=offset,
-            )
-
-        single = page_is_one_statement(self.database.dialect, offset)
-        return records_from_rows(await self.database.read(work, single_statement=single))
+        rows = await read_page(
+            self.database,
+            session_id,
+            after_sequence=after,
+            through_sequence=through,
+            limit=limit,
+            offset=offset,
+        )
+        return records_from_rows(rows)
 
     async def load(self, session_id: str) -> SessionView:
         """The latest snapshot and the raw messages after its boundary; empty if unknown."""

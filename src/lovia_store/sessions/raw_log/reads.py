@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, func, select
 
+from ...db.database import Database
 from ...db.dialect import capabilities
 from ...db.tables import messages, sessions, snapshots
 from .models import SessionView
@@ -29,8 +30,9 @@ __all__ = [
     "fetch_page",
     "fetch_view",
     "offset_page_query",
-    "page_is_one_statement",
+    "page_in_one_statement",
     "page_query",
+    "read_page",
     "view_from",
 ]
 
@@ -113,10 +115,23 @@ def page_query(
     return _PAGE.params(_page_params(session_id, lower, through, limit, skip))
 
 
-def page_is_one_statement(dialect: str, offset: int) -> bool:
-    """Whether ``fetch_page`` runs one statement: always without an offset, and
-    with one where the dialect takes subqueries in LIMIT/OFFSET."""
-    return not offset or capabilities(dialect).subquery_limits
+def page_in_one_statement(
+    dialect: str,
+    session_id: str,
+    *,
+    after_sequence: int,
+    through_sequence: int | None,
+    limit: int,
+    offset: int,
+) -> tuple[Executable, dict[str, Any]] | None:
+    """``fetch_page`` as one statement and its parameters, for ``Database.read_one``:
+    always without an offset, and with one where the dialect takes subqueries in
+    LIMIT/OFFSET. None where the page takes ``fetch_page`` in a read transaction."""
+    if not offset:
+        return _PAGE, _page_params(session_id, after_sequence, through_sequence, limit, 0)
+    if not capabilities(dialect).subquery_limits or after_sequence + offset >= _MAX_KEY:
+        return None
+    return _OFFSET_PAGE, _page_params(session_id, after_sequence, through_sequence, limit, offset)
 
 
 def offset_page_query(
@@ -144,7 +159,7 @@ def fetch_page(
     lower, skip = after_sequence, offset
     if offset and after_sequence + offset >= _MAX_KEY:
         return []
-    if offset and page_is_one_statement(conn.dialect.name, offset):
+    if offset and capabilities(conn).subquery_limits:
         params = _page_params(session_id, lower, through_sequence, limit, skip)
         return conn.execute(_OFFSET_PAGE, params).all()
     if offset:
@@ -158,6 +173,40 @@ def fetch_page(
     params = _page_params(session_id, lower, through_sequence, limit, skip)
     rows: Sequence[Any] = conn.execute(_PAGE, params).all()
     return rows
+
+
+async def read_page(
+    database: Database,
+    session_id: str,
+    *,
+    after_sequence: int,
+    through_sequence: int | None,
+    limit: int,
+    offset: int,
+) -> Sequence[Any]:
+    """One page's rows: one statement where it takes one, else a read transaction."""
+    single = page_in_one_statement(
+        database.dialect,
+        session_id,
+        after_sequence=after_sequence,
+        through_sequence=through_sequence,
+        limit=limit,
+        offset=offset,
+    )
+    if single is not None:
+        return await database.read_one(*single)
+
+    def work(conn: Connection) -> Sequence[Any]:
+        return fetch_page(
+            conn,
+            session_id,
+            after_sequence=after_sequence,
+            through_sequence=through_sequence,
+            limit=limit,
+            offset=offset,
+        )
+
+    return await database.read(work)
 
 
 Found = tuple[Any, Any, Sequence[Any]]

@@ -35,7 +35,7 @@ from .models import (
     SessionSummary,
     SessionView,
 )
-from .reads import fetch_page, fetch_view, page_is_one_statement, view_from
+from .reads import fetch_view, read_page, view_from
 from .records import SUMMARY_COLUMNS, records_from_rows, summary_from_row
 from .rules import (
     MAX_AGENT_NAME,
@@ -234,18 +234,14 @@ class SQLSessionStorage(SQLStore):
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
 
-        def work(conn: Connection) -> Sequence[Any]:
-            return fetch_page(
-                conn,
-                session_id,
-                after_sequence=after,
-                through_sequence=through,
-                limit=limit,
-                offset=offset,
-            )
-
-        single = page_is_one_statement(self.database.dialect, offset)
-        rows = await self.database.read(work, single_statement=single)
+        rows = await read_page(
+            self.database,
+            session_id,
+            after_sequence=after,
+            through_sequence=through,
+            limit=limit,
+            offset=offset,
+        )
         return records_from_rows(rows)
 
     async def load(self, session_id: str) -> SessionView:
