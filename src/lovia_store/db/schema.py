@@ -38,8 +38,9 @@ from ..errors import (
     SchemaNotCurrentError,
     SchemaVersionError,
 )
+from ..migrations.recognition import adoptable
 from . import progress
-from .legacy_copy import ADOPTED_BY, adoptable, keep_copy
+from .legacy_copy import ADOPTED_BY, keep_copy
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
 if TYPE_CHECKING:

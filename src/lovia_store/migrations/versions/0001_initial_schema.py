@@ -10,7 +10,7 @@ empty ``lovia_schema`` table (version 0). When those tables are present their
 rows are copied into ours, entry by entry, and the old tables are dropped in
 the same transaction, so the file is either fully migrated or untouched.
 Tables are lovia's only beside its ``lovia_schema`` and with its columns
-(``legacy_copy.adoptable``): a host's table that shares a generic name is left alone.
+(``lovia_store.migrations.recognition``): a host's table that shares a generic name is left alone.
 
 On MySQL/MariaDB every DDL statement commits by itself, so a first migration
 that failed half-way (a crash, a refused statement) leaves some of our tables
@@ -29,8 +29,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from lovia_store.db.legacy_copy import adoptable
-from lovia_store.db.types import UTCDateTime
+from lovia_store.migrations.column_types import UTCDateTime
+from lovia_store.migrations.recognition import adoptable
 
 revision: str = "0001"
 down_revision: str | None = None

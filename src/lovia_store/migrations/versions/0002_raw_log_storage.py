@@ -29,8 +29,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from lovia_store.db.legacy_copy import adoptable
-from lovia_store.db.types import UTCDateTime
+from lovia_store.migrations.column_types import UTCDateTime
+from lovia_store.migrations.recognition import adoptable
 
 revision: str = "0002"
 down_revision: str | None = "0001"

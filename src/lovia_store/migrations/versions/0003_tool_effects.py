@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from lovia_store.db.types import UTCDateTime
+from lovia_store.migrations.column_types import UTCDateTime
 
 revision: str = "0003"
 down_revision: str | None = "0002"

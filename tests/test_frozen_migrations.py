@@ -1,0 +1,43 @@
+"""Revisions import nothing from live code: a later change to a module never changes
+what an old revision does. They may import only the frozen support modules beside
+them, which themselves import nothing of ours."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+MIGRATIONS = Path(__file__).resolve().parents[1] / "src" / "lovia_store" / "migrations"
+SUPPORT = {"lovia_store.migrations.column_types", "lovia_store.migrations.recognition"}
+
+
+def ours(path: Path) -> set[str]:
+    """The lovia_store modules ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found.add(f"relative import {'.' * node.level}{node.module or ''}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lovia_store"):
+            found.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("lovia_store")}
+    return found
+
+
+REVISIONS = sorted((MIGRATIONS / "versions").glob("*.py"))
+
+
+@pytest.mark.parametrize("revision", REVISIONS, ids=[p.stem for p in REVISIONS])
+def test_a_revision_imports_only_frozen_support(revision: Path) -> None:
+    assert ours(revision) <= SUPPORT
+
+
+@pytest.mark.parametrize("module", sorted(SUPPORT))
+def test_the_support_modules_import_nothing_of_ours(module: str) -> None:
+    assert ours(MIGRATIONS / f"{module.rsplit('.', 1)[1]}.py") == set()
+
+
+def test_there_are_revisions() -> None:
+    assert len(REVISIONS) >= 6
