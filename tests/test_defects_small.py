@@ -10,7 +10,6 @@ import pytest
 
 from conftest import Backend
 from lovia_store import ToolResultEntry, UserError
-from test_checkpoint_contract import make_checkpointer
 
 
 async def test_offset_page_of_an_unknown_session_is_empty(sql_backend: Backend) -> None:
@@ -31,7 +30,7 @@ BAD_IDS: list[Any] = ["", None, 7, "x" * 256, "a\x00b", "\ud800"]
 async def test_effect_ids_are_checked_before_sql(backend: Backend, field: str, bad: Any) -> None:
     """D12: record_intent and run_effect refuse a bad id with UserError and store nothing."""
     ids = {"run_id": "r1", "call_id": "c1", "tool_name": "tool"} | {field: bad}
-    async with make_checkpointer(backend) as checkpointer:
+    async with backend.checkpointer() as checkpointer:
         with pytest.raises(UserError, match=field):
             await checkpointer.record_intent(ids["run_id"], ids["call_id"], ids["tool_name"])
         with pytest.raises(UserError, match=field):
@@ -48,7 +47,7 @@ async def test_effect_ids_are_checked_before_sql(backend: Backend, field: str, b
 async def test_long_call_ids_stay_apart_or_are_refused(backend: Backend) -> None:
     """D6: MariaDB's INSERT IGNORE cut two distinct long call ids to one effect."""
     first, second = "c" * 255 + "1", "c" * 255 + "2"
-    async with make_checkpointer(backend) as checkpointer:
+    async with backend.checkpointer() as checkpointer:
         await checkpointer.record_intent("r1", "c" * 255, "tool")  # the limit itself is accepted
         for call_id in (first, second):
             with pytest.raises(UserError, match="call_id is 256 characters long; the limit is 255"):
