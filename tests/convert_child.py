@@ -38,7 +38,7 @@ async def convert(path: Path | str, mode: str, at: int) -> int:
             nonlocal statements, dropped
             statements += 1
             if mode == "commit" and dropped and statement.strip().upper() == "COMMIT":
-                die()  # the SQLite runner sends COMMIT as a statement (its bracket)
+                die()  # the SQLite executor sends COMMIT as a statement (its bracket)
             dropped = dropped or statement.lstrip().upper().startswith("DROP TABLE")
             if mode == "statement" and statements == at:
                 die()

@@ -388,7 +388,7 @@ async def test_a_reader_connection_that_met_a_driver_error_is_not_pooled_again(
     check: after a driver error there, the connection is discarded, not reused."""
     from sqlalchemy import event
 
-    from lovia_store.db import sqlite_runner
+    from lovia_store.db import sqlite_executor
     from lovia_store.db.prepared import Prepared
 
     async with Database(tmp_path / "reader.db") as db:
@@ -396,7 +396,7 @@ async def test_a_reader_connection_that_met_a_driver_error_is_not_pooled_again(
         await store.load("warm-up")
         opened: list[object] = []
         event.listen(db.engine, "connect", lambda connection, record: opened.append(connection))
-        monkeypatch.setattr(sqlite_runner, "_BEGIN", Prepared(text("BEGIN NONSENSE")))
+        monkeypatch.setattr(sqlite_executor, "_BEGIN", Prepared(text("BEGIN NONSENSE")))
         with pytest.raises(StoreUnavailableError):
             await store.load("s")
         monkeypatch.undo()

@@ -56,7 +56,7 @@ MARIADB_VERSION = (10, 11, 19)  # the CI server's; only feature checks read it
 
 
 def _sqlite() -> Dialect:
-    return pysqlite.dialect(paramstyle="named")  # the driver lovia-store's SQLite runner uses
+    return pysqlite.dialect(paramstyle="named")  # the driver lovia-store's SQLite executor uses
 
 
 def _postgresql() -> Dialect:

@@ -73,7 +73,7 @@ def test_silent_by_default_and_informative_when_configured(tmp_path: Path, loggi
     else:
         lines = child.stderr.splitlines()
         assert any(
-            line.startswith("WARNING lovia_store.db.sqlite_runner") and "refused WAL" in line
+            line.startswith("WARNING lovia_store.db.sqlite_executor") and "refused WAL" in line
             for line in lines
         ), lines
         assert any(

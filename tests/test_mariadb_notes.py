@@ -21,7 +21,7 @@ from sqlalchemy.schema import CreateTable
 
 from conftest import HERE, fresh_server_database
 from lovia_store import Database, upgrade
-from lovia_store.db import runners
+from lovia_store.db import executors
 from lovia_store.db.mysql_ddl import TABLE_PREFIX  # registers the rule, as env.py does
 from lovia_store.db.tables import metadata
 
@@ -32,11 +32,11 @@ import asyncio, sys
 sys.path.insert(0, sys.argv[2])
 from helpers import a_run
 from lovia_store import SQLSession, upgrade
-from lovia_store.db import runners
+from lovia_store.db import executors
 
 async def main() -> None:
     if sys.argv[3] == "migration, unfiltered":  # the primary keys' own fix, alone
-        runners._quiet_driver_notes = lambda: None
+        executors._quiet_driver_notes = lambda: None
         await upgrade(sys.argv[1])
         return
     async with SQLSession(sys.argv[1]) as store:  # the first migration
@@ -76,12 +76,12 @@ def test_our_primary_keys_render_unnamed_on_mysql_and_a_hosts_keep_their_name() 
 def notes_shown(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """asyncmy's notes as they are without our filter (to see what the server says)."""
     driver_logger = logging.getLogger("asyncmy")
-    driver_logger.removeFilter(runners._DRIVER_NOTES)
-    monkeypatch.setattr(runners, "_quiet_driver_notes", lambda: None)
+    driver_logger.removeFilter(executors._DRIVER_NOTES)
+    monkeypatch.setattr(executors, "_quiet_driver_notes", lambda: None)
     try:
         yield
     finally:
-        driver_logger.addFilter(runners._DRIVER_NOTES)
+        driver_logger.addFilter(executors._DRIVER_NOTES)
 
 
 async def test_mariadb_itself_has_no_primary_key_name_to_ignore(

@@ -18,9 +18,9 @@ from sqlalchemy.sql import Executable
 
 from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
 from .errors import read_retry_safe, worth_retrying
+from .executors import AsyncExecutor, Executor, Work, make_async_engine
 from .prepared import Prepared
-from .runners import AsyncRunner, Runner, Work, make_async_engine
-from .sqlite_runner import ThreadRunner
+from .sqlite_executor import SQLiteThreadExecutor
 from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
 
 __all__ = ["Database", "Work", "as_database"]
@@ -95,7 +95,7 @@ class Database:
         self.verify_only = verify_only
         self.wal = wal
         self.schema = schema
-        self._runner: Runner
+        self._executor: Executor
         if isinstance(target, AsyncEngine):
             if engine_options or echo or wal:
                 raise UserError(
@@ -104,23 +104,23 @@ class Database:
                 )
             _check_schema(schema, target.dialect.name)
             placed = in_schema(target, schema)
-            self._runner = AsyncRunner(placed, owned=False, recreate=lambda: placed)
+            self._executor = AsyncExecutor(placed, owned=False, recreate=lambda: placed)
         elif isinstance(target, str | os.PathLike):
             url = to_url(target)
             _check_schema(schema, url.get_backend_name())
             sqlite = {"wal": wal, "synchronous": synchronous, "busy_timeout": busy_timeout}
             try:
-                self._runner = self._open(url, sqlite, echo, verify_only, engine_options, schema)
+                self._executor = self._open(url, sqlite, echo, verify_only, engine_options, schema)
             except (ArgumentError, TypeError) as exc:  # engine options SQLAlchemy refused
                 raise UserError(f"{display_url(url)}: {mask_secrets(str(exc))}") from exc
         else:
             raise UserError(
                 f"a Database target is a URL, a path or an AsyncEngine, not {type(target).__name__}"
             )
-        self.url = display_url(self._runner.url)
-        self.dialect = self._runner.dialect
+        self.url = display_url(self._executor.url)
+        self.dialect = self._executor.dialect
         self.is_sqlite = self.dialect == "sqlite"
-        self._path = sqlite_file(self._runner.url) if self.is_sqlite else None
+        self._path = sqlite_file(self._executor.url) if self.is_sqlite else None
         self._schema_ready = False
         self._schema_checks: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
         self._closed = False
@@ -133,13 +133,13 @@ class Database:
         verify_only: bool,
         options: dict[str, Any],
         schema: str | None = None,
-    ) -> Runner:
+    ) -> Executor:
         backend = url.get_backend_name()
         if backend == "sqlite":
             path = sqlite_file(url)
             if path is not None:  # a check must not leave folders behind
                 prepare_sqlite_folder(path, create=not verify_only)
-            return ThreadRunner(url, echo=echo, options=options, **sqlite)
+            return SQLiteThreadExecutor(url, echo=echo, options=options, **sqlite)
         try:
             engine = in_schema(make_async_engine(url, echo=echo, options=options), schema)
         except ModuleNotFoundError as exc:
@@ -148,7 +148,7 @@ class Database:
                 f"the {driver!r} driver for {backend} is not installed: "
                 f"pip install {_EXTRAS.get(driver, driver)}"
             ) from exc
-        return AsyncRunner(
+        return AsyncExecutor(
             engine,
             owned=True,
             recreate=lambda: in_schema(make_async_engine(url, echo=echo, options=options), schema),
@@ -158,14 +158,14 @@ class Database:
     def engine(self) -> Any:
         """The SQLAlchemy engine underneath (an ``AsyncEngine``, or for SQLite files
         lovia-store opens, the pysqlite ``Engine`` its worker threads use)."""
-        return self._runner.engine
+        return self._executor.engine
 
     @property
     def sync_engine(self) -> Engine:
         """The synchronous ``Engine`` that SQLAlchemy's events and instrumentations
         attach to (``engine`` itself on a SQLite file lovia-store opens, an
         ``AsyncEngine``'s ``sync_engine`` otherwise): see docs/observability.md."""
-        engine = self._runner.engine
+        engine = self._executor.engine
         return engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     # -- schema ---------------------------------------------------------------
@@ -256,7 +256,9 @@ class Database:
 
         async def attempt() -> T:
             try:
-                return await self._runner.run(work, write=False, single_statement=single_statement)
+                return await self._executor.run(
+                    work, write=False, single_statement=single_statement
+                )
             except LoviaStoreError as exc:
                 read_retry_safe(exc)
                 raise
@@ -268,7 +270,7 @@ class Database:
     ) -> T:
         self._check_open()
         return await self._retrying(
-            lambda: self._runner.run(work, write=True, single_statement=single_statement),
+            lambda: self._executor.run(work, write=True, single_statement=single_statement),
             lock_wait=lock_wait,
         )
 
@@ -284,7 +286,7 @@ class Database:
         """
         delay = 0.01
         started = time.monotonic()
-        budget = self._runner.busy_wait
+        budget = self._executor.busy_wait
         if budget is not None and lock_wait is not None:
             budget = lock_wait
         attempts = 0
@@ -319,7 +321,7 @@ class Database:
 
     async def dispose_loop(self) -> None:
         """Release what the running event loop holds (call it before the loop stops)."""
-        await self._runner.close_loop()
+        await self._executor.close_loop()
 
     async def close(self) -> None:
         """Finish in-flight writes, then dispose the engines this object created.
@@ -329,7 +331,7 @@ class Database:
         if self._closed:
             return
         self._closed = True
-        await self._runner.close()
+        await self._executor.close()
 
     async def __aenter__(self) -> Database:
         return self

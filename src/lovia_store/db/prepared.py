@@ -22,7 +22,7 @@ to the engine's ``before_cursor_execute``, ``after_cursor_execute`` or
 as much as SQLite's own work. Driver errors are still wrapped as SQLAlchemy's
 ``DBAPIError`` subclasses (``hide_parameters`` honoured); what these
 statements skip is SQL logging, those events and SQLAlchemy's disconnect
-check (the runner discards a connection after any driver error instead).
+check (the executor discards a connection after any driver error instead).
 The choice is made per
 statement: once a listener is attached (OpenTelemetry's SQLAlchemy
 instrumentation, a host's own ``event.listen``), every statement runs through

@@ -1,12 +1,12 @@
 """How a unit of work reaches the database: one transaction, one trip.
 
 Stores write their SQL as plain synchronous Core code against a
-``Connection`` (a *work* function). A runner executes one work function as one
+``Connection`` (a *work* function). An executor runs one work function as one
 transaction:
 
-- ``ThreadRunner`` (SQLite files and ``:memory:`` that lovia-store opens; in
-  ``sqlite_runner``): the whole transaction runs in a worker thread.
-- ``AsyncRunner`` (PostgreSQL, MySQL, or any ``AsyncEngine`` a caller passes):
+- ``SQLiteThreadExecutor`` (SQLite files and ``:memory:`` that lovia-store opens; in
+  ``sqlite_executor``): the whole transaction runs in a worker thread.
+- ``AsyncExecutor`` (PostgreSQL, MySQL, or any ``AsyncEngine`` a caller passes):
   the work function runs under ``AsyncConnection.run_sync`` on the running
   loop's engine; connections never cross event loops.
 """
@@ -31,11 +31,11 @@ from .prepared import Prepared, untraced
 from .urls import display_url
 
 __all__ = [
-    "AsyncRunner",
+    "AsyncExecutor",
     "Bracket",
     "ConnectFailed",
+    "Executor",
     "Failed",
-    "Runner",
     "Work",
     "make_async_engine",
     "transaction",
@@ -154,8 +154,8 @@ def _seen_and_open(conn: Connection) -> bool:
     return bool(conn.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
 
 
-class Runner:
-    """What ``Database`` needs from a runner."""
+class Executor:
+    """What ``Database`` needs from an executor."""
 
     dialect: str
     url: URL
@@ -176,7 +176,7 @@ class Runner:
         raise NotImplementedError
 
     async def close_loop(self) -> None:
-        """Release what the running event loop holds (only async runners hold anything)."""
+        """Release what the running event loop holds (only async executors hold anything)."""
 
 
 class _LoopEngines:
@@ -216,7 +216,7 @@ class _LoopEngines:
                 self.no_readers.set()
 
 
-class AsyncRunner(Runner):
+class AsyncExecutor(Executor):
     def __init__(self, engine: AsyncEngine, *, owned: bool, recreate: Callable[[], AsyncEngine]):
         self.engine = engine
         self.url = engine.url
@@ -293,7 +293,7 @@ def _on_sync_engine(engine: Engine, work: Work[T]) -> T:
     three (what ``AsyncConnection`` does in three, one per step).
 
     A connection on which the driver raised is discarded, not pooled again, as
-    the SQLite runner does: a driver may leave it in a state the pool's reset
+    the SQLite executor does: a driver may leave it in a state the pool's reset
     does not undo. asyncpg does after refusing an argument client-side on an
     AUTOCOMMIT connection (nothing rolls back there): the server session is left
     mid-transaction, the next BEGIN ISOLATION LEVEL fails and asyncpg keeps that

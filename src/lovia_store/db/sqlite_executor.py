@@ -1,4 +1,4 @@
-"""SQLite files (and ``:memory:``) that lovia-store opens itself: ``ThreadRunner``.
+"""SQLite files (and ``:memory:``) that lovia-store opens itself: ``SQLiteThreadExecutor``.
 
 The whole transaction runs in a worker thread on a pysqlite connection, so an
 operation costs one thread hop, not one per statement. Writes go to a single
@@ -22,11 +22,11 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
+from .executors import Bracket, ConnectFailed, Executor, Failed, Work, transaction
 from .prepared import DRIVER_CURSOR, Prepared
-from .runners import Bracket, ConnectFailed, Failed, Runner, Work, transaction
 from .urls import display_url
 
-__all__ = ["ThreadRunner", "sqlite_listeners"]
+__all__ = ["SQLiteThreadExecutor", "sqlite_listeners"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _run_batch(conn: Connection, jobs: list[_Job]) -> None:
 def sqlite_listeners(engine: Engine, *, wal: bool, synchronous: str, busy_timeout: float) -> None:
     """Pragmas on connect, and pysqlite's own transaction handling turned off.
 
-    The transaction is begun by ``ThreadRunner`` itself (``BEGIN IMMEDIATE`` for
+    The transaction is begun by ``SQLiteThreadExecutor`` itself (``BEGIN IMMEDIATE`` for
     writes, so a write takes the file's write lock at BEGIN: a deferred
     transaction that reads first and writes later can fail with SQLITE_BUSY
     without ever waiting). This is a pool listener only: an engine-level
@@ -167,7 +167,7 @@ def _refused_wal(cursor: Any, mode: str) -> None:
     )
 
 
-class ThreadRunner(Runner):
+class SQLiteThreadExecutor(Executor):
     """SQLite through pysqlite in threads: one writer thread, a few reader threads.
 
     The writer thread keeps one connection for its lifetime (no pool checkout
