@@ -107,6 +107,10 @@ class SessionRow(StoreBase):
     snapshot_version: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    forked_from_session_id: Mapped[str | None] = mapped_column(Id)
+    """The session this one was forked from (``fork``); NULL otherwise."""
+    forked_at_entry: Mapped[int | None] = mapped_column(BigInteger)
+    """How many of the origin's entries the fork took."""
 
     messages: Mapped[list[MessageRow]] = relationship(
         viewonly=True, order_by="MessageRow.sequence", lazy="raise"
@@ -193,7 +197,7 @@ class RunHeadRow(StoreBase):
     """A run in flight: its small mutable head (status, the head's JSON)."""
 
     __tablename__ = "lovia_run_heads"
-    __table_args__ = (Index(None, "status", "updated_at"),)
+    __table_args__ = (Index(None, "status", "updated_at"), Index(None, "session_id"))
 
     run_id: Mapped[str] = mapped_column(Id, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
@@ -201,6 +205,9 @@ class RunHeadRow(StoreBase):
     entry_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    session_id: Mapped[str | None] = mapped_column(Id)
+    """The session the run appends to when it finishes, when its writer said
+    (retention keeps it while the run can resume); NULL otherwise."""
 
     entries: Mapped[list[RunEntryRow]] = relationship(
         viewonly=True, order_by="RunEntryRow.position", lazy="raise"
