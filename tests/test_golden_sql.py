@@ -7,7 +7,9 @@ statement (``Executable``) of the modules under ``lovia_store.sessions`` and
 that take a dialect (``BUILDERS``). Each file holds one family
 (``family_of``), each statement under a comment naming it (``module:NAME``),
 sorted by name; a statement its caller runs only where a capability allows
-(``RUNS_WHERE``) is a comment elsewhere. Compiled without literal binds: bind
+(``RUNS_WHERE``) is a comment elsewhere. A statement run as ``Prepared`` says so
+(``(prepared)`` after its name), and every ``Prepared`` the package builds is
+rendered here (``test_every_prepared_statement_is_rendered``). Compiled without literal binds: bind
 names show (``:name``, the ``named`` paramstyle; the drivers' own placeholders
 differ only in that), and values the statement itself holds (``limit(1)``,
 ``== "tool_result"``) follow on a ``-- values:`` line. Nothing connects to a
@@ -159,6 +161,8 @@ class Builder:
     module: str
     name: str
     build: Callable[[str], Any]
+    prepared: Callable[[str], Prepared] | None = None
+    """The builder that wraps the same statement in ``Prepared``, if another does."""
 
 
 def _effect_columns() -> tuple[str, ...]:
@@ -183,12 +187,19 @@ def _insert_ignore_builder(table: Any, columns: tuple[str, ...]) -> Builder:
 
 
 BUILDERS = (
-    Builder(log.__name__, "bump_statement(dialect)", log.bump_statement),
-    Builder(checkpoints_sql.__name__, "_upsert(dialect)", checkpoints_sql._upsert),
+    Builder(log.__name__, "bump_statement(dialect)", log.bump_statement, log._bump),
+    Builder(
+        checkpoints_sql.__name__,
+        "_upsert(dialect)",
+        checkpoints_sql._upsert,
+        checkpoints_sql._prepared_upsert,
+    ),
     *(_insert_ignore_builder(table, columns) for table, columns in _INSERT_IGNORED.items()),
 )
-# Builders that only wrap one of those in ``Prepared`` (the same SQL), not rendered twice:
-# log._bump (bump_statement), checkpoints.sql._prepared_upsert (_upsert).
+# The prepared statements not rendered here, each with the reason.
+UNRENDERED = {
+    "lovia_store.db.sqlite_executor": "the SQLite executor's BEGIN, COMMIT and ROLLBACK",
+}
 
 
 def _modules() -> list[ModuleType]:
@@ -254,13 +265,20 @@ def render(dialect_key: str) -> dict[str, str]:
     for name in sorted(statements):
         family, statement = statements[name]
         runs = RUNS_WHERE.get(name, _always)
+        if isinstance(statement, Builder):
+            prepared = statement.prepared is not None
+        else:
+            prepared = isinstance(statement, Prepared)
         if not runs(caps):
             body = f"-- not run on {dialect_key} (runs where: {_REASON[runs]})"
         elif isinstance(statement, Builder):
-            body = _sql(statement.build(dialect.name), dialect)
+            built = statement.build(dialect.name)
+            prepared = prepared or isinstance(built, Prepared)
+            body = _sql(built, dialect)
         else:
             body = _sql(statement, dialect)
-        families.setdefault(family, []).append(f"-- {name}\n{body}\n")
+        label = f"{name} (prepared)" if prepared else name
+        families.setdefault(family, []).append(f"-- {label}\n{body}\n")
     header = (
         f"-- Golden SQL, {dialect_key}: rendered by tests/test_golden_sql.py, do not edit.\n"
         f"-- After changing a statement: {HINT}\n"
@@ -360,6 +378,55 @@ def test_the_prepared_builders_run_the_rendered_statements() -> None:
     for name in ("sqlite", "postgresql", "mysql"):
         assert log._bump(name).statement is log.bump_statement(name)
         assert checkpoints_sql._prepared_upsert(name).statement is checkpoints_sql._upsert(name)
+
+
+def _package_modules() -> list[str]:
+    """Every module of lovia_store but the migrations' (Alembic runs them; they build
+    no ``Prepared``) and the command line's ``__main__`` (which runs it)."""
+    import lovia_store
+
+    return [
+        info.name
+        for info in pkgutil.walk_packages(lovia_store.__path__, "lovia_store.")
+        if not info.name.startswith(
+            ("lovia_store.migrations.env", "lovia_store.migrations.versions")
+        )
+        and not info.name.endswith(".__main__")
+    ]
+
+
+def test_every_prepared_statement_is_rendered() -> None:
+    """Every ``Prepared`` the package builds (module constants, on import; per-dialect
+    builders, called here for each dialect) passed ``Prepared``'s checks, and is in
+    the golden files, marked as prepared, unless ``UNRENDERED`` says why not."""
+    for name in _package_modules():
+        importlib.import_module(name)
+    made: list[Prepared] = []
+    for dialect_key in DIALECTS:
+        name = DIALECTS[dialect_key]().name
+        for builder in BUILDERS:
+            built = builder.prepared(name) if builder.prepared else builder.build(name)
+            made.append(built)
+            assert isinstance(built, Prepared), builder.name
+    from lovia_store.db.prepared import built
+
+    ours = [prepared for prepared in built() if prepared.origin.startswith("lovia_store.")]
+    rendered = {
+        id(value.statement) for _, value in discovered().values() if isinstance(value, Prepared)
+    }
+    rendered |= {id(prepared.statement) for prepared in made}
+    missing = [
+        f"{prepared.origin}: {prepared.statement}"
+        for prepared in ours
+        if id(prepared.statement) not in rendered and prepared.origin not in UNRENDERED
+    ]
+    assert not missing, missing
+    assert set(UNRENDERED) <= {prepared.origin for prepared in ours}
+    assert len(ours) > 30  # the appends', rewinds', trims', reads' and checkpoints'
+    labelled = "".join(render("sqlite").values()).count(" (prepared)\n")
+    assert labelled == sum(isinstance(value, Prepared) for _, value in discovered().values()) + len(
+        BUILDERS
+    )
 
 
 async def test_insert_ignore_is_rendered_with_the_columns_its_callers_pass(tmp_path: Path) -> None:

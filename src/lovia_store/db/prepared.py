@@ -9,10 +9,18 @@ through ``Connection.exec_driver_sql``, which keeps SQLAlchemy's error
 translation, invalidation and events. Values every row of a multi-row insert
 shares (the session, the run, the timestamp) are converted once.
 
-Results carry no column types: use it for statements whose returned columns
-need no result processing (integers, plain strings). Statements that run
-rarely (a rewind's) are prepared too: in a fresh process SQLAlchemy's
-first-use work per statement costs more than SQLite's own.
+Which statements are prepared: the fixed ones (one SQL text per dialect, no
+result processing) on an append, a rewind, a trim or a checkpoint append;
+every other statement is Core, run by ``Connection.execute``.
+
+Results carry no column types, and the SQL is compiled once: so a statement
+whose selected or returned columns need result processing on a supported
+driver (a timestamp: ``str`` on SQLite, ``datetime`` on PostgreSQL) or whose
+SQL depends on its values (an expanding ``IN``) is refused when it is built,
+with ``NotPreparableError``, which for a module constant is at import. Statements
+that run rarely (a rewind's) are prepared too: in a fresh process SQLAlchemy's
+first-use work per statement costs more than SQLite's own. Every ``Prepared``
+built is listed by ``built()`` (the golden SQL marks them).
 
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
 (the SQLite engine lovia-store creates itself, unless ``echo=True``) the
@@ -32,16 +40,32 @@ To log every statement, create the ``Database`` with ``echo=True``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any, NamedTuple, Protocol
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 from sqlalchemy import Connection
+from sqlalchemy.dialects.mysql import asyncmy
+from sqlalchemy.dialects.postgresql import asyncpg, psycopg
+from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, visitors
+from sqlalchemy.sql.elements import BindParameter
 
-__all__ = ["DRIVER_CURSOR", "Prepared", "Rows", "traced", "untraced"]
+from ..errors import LoviaStoreError
+
+__all__ = [
+    "DRIVER_CURSOR",
+    "NotPreparableError",
+    "Prepared",
+    "Rows",
+    "built",
+    "traced",
+    "untraced",
+]
 
 DRIVER_CURSOR = "lovia_store_driver_cursor"
 """Execution option: run prepared statements on the driver's cursor."""
@@ -111,6 +135,46 @@ def _by_name(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
     return lambda values: {name: values[name] for name in names}
 
 
+class NotPreparableError(LoviaStoreError, TypeError):
+    """A statement ``Prepared`` cannot run as compiled once: it is refused when built."""
+
+
+@cache
+def _drivers() -> tuple[Dialect, ...]:
+    """The drivers lovia-store runs on (no connection: only their types are read)."""
+    return (
+        pysqlite.dialect(),
+        asyncpg.dialect(),  # type: ignore[no-untyped-call]
+        psycopg.dialect(),  # type: ignore[no-untyped-call]
+        asyncmy.dialect(),
+        asyncmy.dialect(is_mariadb=True),
+    )
+
+
+def _refusal(statement: Executable) -> str | None:
+    """Why ``statement`` cannot be prepared, or None."""
+    for element in visitors.iterate(statement):  # type: ignore[arg-type]
+        if isinstance(element, BindParameter) and (element.expanding or element.literal_execute):
+            return "its SQL depends on its values (an IN over a list, an expanding bind)"
+    for column in getattr(statement, "exported_columns", ()):
+        for dialect in _drivers():
+            if column.type.dialect_impl(dialect).result_processor(dialect, None) is not None:
+                return (
+                    f"its column {str(column)!r} ({column.type!r}) needs result "
+                    f"processing on {dialect.name}+{dialect.driver} (select it as "
+                    "an integer or a string, or run the statement as Core)"
+                )
+    return None
+
+
+_BUILT: WeakSet[Prepared] = WeakSet()
+
+
+def built() -> list[Prepared]:
+    """Every ``Prepared`` built and still in use, with ``origin`` naming its module."""
+    return sorted(_BUILT, key=lambda prepared: prepared.origin)
+
+
 class Prepared:
     """A statement with named bound parameters, compiled once per dialect.
 
@@ -118,11 +182,17 @@ class Prepared:
     a named schema) is compiled into the SQL, one plan per map.
     """
 
-    __slots__ = ("_plans", "statement")
+    __slots__ = ("__weakref__", "_plans", "origin", "statement")
 
     def __init__(self, statement: Executable) -> None:
+        refusal = _refusal(statement)
+        if refusal is not None:
+            raise NotPreparableError(f"this statement cannot be prepared: {refusal}: {statement}")
         self.statement = statement
+        self.origin: str = sys._getframe(1).f_globals.get("__name__", "?")
+        """The module that built it."""
         self._plans: WeakKeyDictionary[Dialect, dict[Any, _Plan]] = WeakKeyDictionary()
+        _BUILT.add(self)
 
     def _plan(self, dialect: Dialect, options: Mapping[str, Any]) -> _Plan:
         translate = options.get("schema_translate_map")
@@ -142,7 +212,9 @@ class Prepared:
         )
         if compiled.post_compile_params or compiled.escaped_bind_names:
             # Fixed SQL only: an expanding IN is rendered anew for each set of values.
-            raise TypeError(f"{dialect.name}: this statement cannot be prepared: {compiled}")
+            raise NotPreparableError(
+                f"{dialect.name}: this statement cannot be prepared: {compiled}"
+            )
         if dialect.positional:  # asyncpg, asyncmy, sqlite3: each placeholder's bind, in order
             names = tuple(compiled.positiontup)
             arrange = _in_order(names)

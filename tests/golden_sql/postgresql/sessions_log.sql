@@ -6,7 +6,7 @@ SELECT lovia_session_runs.position
 FROM lovia_session_runs
 WHERE lovia_session_runs.session_id = :sid::VARCHAR AND lovia_session_runs.run_id = :run_id::VARCHAR;
 
--- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT
+-- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT (prepared)
 WITH bump AS
 (INSERT INTO lovia_sessions (session_id, parent_session_id, session_type, title, agent_name, last_sequence, message_count, run_count, created_at, updated_at) VALUES (:sid::VARCHAR, :parent_session_id::VARCHAR, :session_type::INTEGER, :title::VARCHAR, :agent_name::VARCHAR, :messages::BIGINT, :messages::BIGINT, :runs::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (session_id) DO UPDATE SET last_sequence = (lovia_sessions.last_sequence + :messages::BIGINT), message_count = (lovia_sessions.message_count + :messages::BIGINT), run_count = (lovia_sessions.run_count + :runs::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_sessions.last_sequence, lovia_sessions.run_count, lovia_sessions.parent_session_id),
 run AS
@@ -18,11 +18,11 @@ FROM run JOIN unnest(:entry_types::TEXT[], :call_ids::TEXT[], :documents::TEXT[]
  SELECT run.first_sequence
 FROM run;
 
--- lovia_store.sessions.log:_BUMPED
+-- lovia_store.sessions.log:_BUMPED (prepared)
 -- not run on postgresql (runs where: not returning)
 
--- lovia_store.sessions.log:_INSERT_MESSAGES
+-- lovia_store.sessions.log:_INSERT_MESSAGES (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
--- lovia_store.sessions.log:bump_statement(dialect)
+-- lovia_store.sessions.log:bump_statement(dialect) (prepared)
 INSERT INTO lovia_sessions (session_id, parent_session_id, session_type, title, agent_name, last_sequence, message_count, run_count, created_at, updated_at) VALUES (:sid::VARCHAR, :parent_session_id::VARCHAR, :session_type::INTEGER, :title::VARCHAR, :agent_name::VARCHAR, :messages::BIGINT, :messages::BIGINT, :runs::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (session_id) DO UPDATE SET last_sequence = (lovia_sessions.last_sequence + :messages::BIGINT), message_count = (lovia_sessions.message_count + :messages::BIGINT), run_count = (lovia_sessions.run_count + :runs::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_sessions.last_sequence, lovia_sessions.run_count, lovia_sessions.parent_session_id;

@@ -6,14 +6,14 @@ SELECT lovia_session_runs.position
 FROM lovia_session_runs
 WHERE lovia_session_runs.session_id = :sid AND lovia_session_runs.run_id = :run_id;
 
--- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT
+-- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT (prepared)
 -- not run on sqlite (runs where: one_statement_writes)
 
--- lovia_store.sessions.log:_BUMPED
+-- lovia_store.sessions.log:_BUMPED (prepared)
 -- not run on sqlite (runs where: not returning)
 
--- lovia_store.sessions.log:_INSERT_MESSAGES
+-- lovia_store.sessions.log:_INSERT_MESSAGES (prepared)
 INSERT INTO lovia_messages (session_id, sequence, request_id, run_id, entry_type, call_id, entry_json, created_at) VALUES (:session_id, :sequence, :request_id, :run_id, :entry_type, :call_id, :entry_json, :created_at);
 
--- lovia_store.sessions.log:bump_statement(dialect)
+-- lovia_store.sessions.log:bump_statement(dialect) (prepared)
 INSERT INTO lovia_sessions (session_id, parent_session_id, session_type, title, agent_name, last_sequence, message_count, run_count, created_at, updated_at) VALUES (:sid, :parent_session_id, :session_type, :title, :agent_name, :messages, :messages, :runs, :now, :now) ON CONFLICT (session_id) DO UPDATE SET last_sequence = (lovia_sessions.last_sequence + :messages), message_count = (lovia_sessions.message_count + :messages), run_count = (lovia_sessions.run_count + :runs), updated_at = :now RETURNING last_sequence, run_count, parent_session_id;

@@ -23,7 +23,7 @@ SELECT lovia_session_runs.run_id, lovia_session_runs.first_sequence, lovia_sessi
 FROM lovia_session_runs
 WHERE lovia_session_runs.session_id = :sid ORDER BY lovia_session_runs.position;
 
--- lovia_store.sessions.reads:_ROWS_BELOW
+-- lovia_store.sessions.reads:_ROWS_BELOW (prepared)
 SELECT lovia_messages.sequence, lovia_messages.run_id, lovia_messages.request_id, lovia_messages.entry_type, lovia_messages.call_id
 FROM lovia_messages
 WHERE lovia_messages.session_id = :sid AND lovia_messages.sequence < :below ORDER BY lovia_messages.sequence DESC
