@@ -40,8 +40,13 @@ __all__ = ["InMemoryCheckpointer"]
 
 
 class InMemoryCheckpointer:
+    links_sessions = True
+    """``append`` takes ``session_id=``, as the SQL checkpointer's does."""
+
     def __init__(self) -> None:
         self._runs: dict[str, tuple[list[TranscriptEntry], str, datetime]] = {}
+        self._sessions: dict[str, str] = {}
+        """Each run's session, when its writer named it (``SQLCheckpointer``'s column)."""
         self._effects: dict[str, dict[str, ToolEffect]] = {}
         self._leases: dict[str, RunLease] = {}
         self._lock = asyncio.Lock()
@@ -53,8 +58,11 @@ class InMemoryCheckpointer:
         head: RunHead,
         *,
         lease: RunLease | None = None,
+        session_id: str | None = None,
     ) -> None:
         check_id(run_id, "run_id")
+        if session_id is not None:
+            check_id(session_id, "session_id")
         batch = check_entries(entries)
         # Stored as JSON, like the SQL stores, so later changes to the caller's
         # head (a mutable model) never reach what was stored.
@@ -63,6 +71,8 @@ class InMemoryCheckpointer:
             self._fence(lease, run_id)
             stored = self._runs.get(run_id, ([], "", datetime.now(UTC)))[0]
             self._runs[run_id] = (stored + batch, head_json, datetime.now(UTC))
+            if session_id is not None:
+                self._sessions[run_id] = session_id
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         check_id(run_id, "run_id")
@@ -77,11 +87,16 @@ class InMemoryCheckpointer:
         check_id(run_id, "run_id")
         async with self._lock:
             self._fence(lease, run_id)
-            self._runs.pop(run_id, None)
-            self._effects.pop(run_id, None)
-            held = self._leases.get(run_id)
-            if held is not None and held.expires_at.timestamp() <= time.time():
-                del self._leases[run_id]
+            self._forget(run_id)
+
+    def _forget(self, run_id: str) -> None:
+        """Drop a run's checkpoint, effects and idle lease (the caller holds the lock)."""
+        self._runs.pop(run_id, None)
+        self._sessions.pop(run_id, None)
+        self._effects.pop(run_id, None)
+        held = self._leases.get(run_id)
+        if held is not None and held.expires_at.timestamp() <= time.time():
+            del self._leases[run_id]
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0

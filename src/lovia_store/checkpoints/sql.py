@@ -67,8 +67,14 @@ fx = tool_effects.c
 
 @cache
 def _upsert(dialect: str) -> Executable:
-    """Replace the head and reserve ``count`` positions; returns the run's entry count."""
+    """Replace the head and reserve ``count`` positions; returns the run's entry count.
+
+    ``session_id`` links the run to the session it appends to when it finishes
+    (retention keeps that session while the run can resume); a write that names
+    none keeps the link an earlier write made.
+    """
     now = bindparam("now", type_=UTCDateTime())
+    session = bindparam("session_id", type_=String())
     values = {
         "run_id": bindparam("run_id"),
         "status": bindparam("status"),
@@ -76,12 +82,14 @@ def _upsert(dialect: str) -> Executable:
         "entry_count": bindparam("count"),
         "created_at": now,
         "updated_at": now,
+        "session_id": session,
     }
     changes = {
         "status": bindparam("status"),
         "head_json": bindparam("head_json"),
         "entry_count": h.entry_count + bindparam("count"),
         "updated_at": now,
+        "session_id": func.coalesce(session, h.session_id),
     }
     return upsert(dialect, run_heads, values, changes, [h.entry_count])
 
@@ -123,7 +131,12 @@ _INSERT_ENTRIES = Prepared(
 
 
 def _append_step(
-    conn: Connection, run_id: str, status: str, head_json: str, documents: Sequence[str]
+    conn: Connection,
+    run_id: str,
+    status: str,
+    head_json: str,
+    documents: Sequence[str],
+    session_id: str | None = None,
 ) -> None:
     """Replace the head and add the entries at the positions its upsert reserved."""
     params = {
@@ -132,6 +145,7 @@ def _append_step(
         "head_json": head_json,
         "count": len(documents),
         "now": utcnow(),
+        "session_id": session_id,
     }
     dialect = conn.dialect.name
     if capabilities(conn).one_statement_writes:
@@ -161,6 +175,9 @@ def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
 class SQLCheckpointer(SQLStore):
     """Run checkpoints on any SQL backend; see ``Checkpointer`` for the contract."""
 
+    links_sessions = True
+    """``append`` takes ``session_id=``: lovia-store's Runner names the run's session."""
+
     def __init__(self, target: StoreTarget) -> None:
         super().__init__(target)
 
@@ -171,14 +188,25 @@ class SQLCheckpointer(SQLStore):
         head: RunHead,
         *,
         lease: RunLease | None = None,
+        session_id: str | None = None,
     ) -> None:
-        """Store a step; under ``lease`` only while it is held (else ``RunOwnershipLost``)."""
+        """Store a step; under ``lease`` only while it is held (else ``RunOwnershipLost``).
+
+        ``session_id`` is the session the run appends to when it finishes (kept
+        on the head, so retention never prunes it while the run can resume)."""
         check_id(run_id, "run_id")
+        if session_id is not None:
+            check_id(session_id, "session_id")
         batch = check_entries(entries)
         check_head(head)
         documents = [entry_to_json(entry) for entry in batch]
         await self.append_encoded(
-            run_id, head.status, head.model_dump_json(), documents, lease=lease_for(lease, run_id)
+            run_id,
+            head.status,
+            head.model_dump_json(),
+            documents,
+            lease=lease_for(lease, run_id),
+            session_id=session_id,
         )
 
     async def append_encoded(
@@ -190,6 +218,7 @@ class SQLCheckpointer(SQLStore):
         *,
         lease: RunLease | None = None,
         first: bool = False,
+        session_id: str | None = None,
     ) -> None:
         """``append`` of a step already checked and encoded (for adapters with models of
         their own): the head's status and JSON, and the new entries' documents.
@@ -206,7 +235,7 @@ class SQLCheckpointer(SQLStore):
                     f"run {run_id!r} was stored by another worker after this one found "
                     "it absent; it was not started a second time"
                 )
-            _append_step(conn, run_id, status, head_json, documents)
+            _append_step(conn, run_id, status, head_json, documents, session_id)
 
         await self.database.write(work)
 

@@ -159,6 +159,9 @@ class _Run:
         self.held = HeldLease(
             self.checkpointer, self.run_id, options.lease_ttl if options else None
         )
+        # Our checkpointers keep the run's session on its head (retention spares it).
+        links = getattr(self.checkpointer, "links_sessions", False)
+        self.link = {"session_id": session_id} if links and session_id is not None else {}
 
     # -- the lifecycle ----------------------------------------------------------------------
 
@@ -202,7 +205,7 @@ class _Run:
                 await self.checkpointer.delete(self.run_id, **self.held.fence)
                 snapshot = options.resume_from
                 await self.checkpointer.append(
-                    self.run_id, snapshot.entries, snapshot.head, **self.held.fence
+                    self.run_id, snapshot.entries, snapshot.head, **self.held.fence, **self.link
                 )
             return options.resume_from
         assert self.checkpointer is not None
@@ -376,7 +379,7 @@ class _Run:
         head = self.head.model_copy(update={**changes, "updated_at": time.time()})
         if self.checkpointer is not None:
             started = time.monotonic()
-            await self.checkpointer.append(self.run_id, batch, head, **self.held.fence)
+            await self.checkpointer.append(self.run_id, batch, head, **self.held.fence, **self.link)
             self.held.renewed(started)
         self.head = head
         self.entries.extend(batch)
