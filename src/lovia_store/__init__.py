@@ -1,36 +1,23 @@
-"""lovia-store: durable conversation history and run checkpoints for LLM agents."""
+"""lovia-store: durable conversation history and run checkpoints for LLM agents.
 
+Every public name is importable from here, but only the errors and
+``upgrade``/``check`` are imported with the package: the rest are imported on
+first use (PEP 562), so ``import lovia_store`` loads no SQL engine, no
+driver, no Alembic and no optional framework. The ``TYPE_CHECKING`` imports
+below give type checkers and IDEs the same names; ``_LAZY`` says where each
+one lives (tests/test_public_surface.py keeps the two equal).
+
+The small agent framework (``Agent``, ``Runner``, ``function_tool``, ...)
+is documented under ``lovia_store.runs``; its top-level names stay for
+compatibility (see docs/runs.md).
+"""
+
+from __future__ import annotations
+
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-from ._version import __version__ as __version__
-from .checkpoints.contract import (
-    Checkpointer,
-    EffectLog,
-    RunHead,
-    RunSnapshot,
-    RunSummary,
-    ToolEffect,
-)
-from .checkpoints.leases import RunLease, RunLeases
-from .checkpoints.memory import InMemoryCheckpointer
-from .checkpoints.sql import SQLCheckpointer, SQLiteCheckpointer
-from .db.database import Database
-from .entries import (
-    AssistantTextEntry,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    InputEntry,
-    ReasoningEntry,
-    TextPart,
-    ToolCallEntry,
-    ToolResultEntry,
-    TranscriptEntry,
-    Usage,
-    drop_dangling_tool_calls,
-    entry_from_dict,
-    entry_to_dict,
-)
 from .errors import (
     ConflictError,
     JoinedLineageError,
@@ -39,6 +26,7 @@ from .errors import (
     MissingDriverError,
     RunInProgressError,
     RunOwnershipLost,
+    SchemaConflictError,
     SchemaNotCurrentError,
     SchemaVersionError,
     SnapshotConflictError,
@@ -48,26 +36,111 @@ from .errors import (
     UnknownEntryTypeError,
     UserError,
 )
-from .runs.agent import Agent, Model, ModelTurn, ScriptedModel
-from .runs.options import CheckpointOptions
-from .runs.runner import MaxTurnsExceeded, Runner, RunResult
-from .runs.tools import EffectMode, Tool, ToolContext, function_tool
-from .sessions.contract import Segment, Session
-from .sessions.memory import InMemorySession
-from .sessions.raw_log import (
-    CompactedMessage,
-    ContextSnapshot,
-    MessageTiming,
-    RawMessageRecord,
-    SessionSummary,
-    SessionView,
-    SQLiteSessionStorage,
-    SQLSessionStorage,
-    SyncRuntime,
-    SyncSessionStorage,
-)
-from .sessions.sql import SQLiteSession, SQLSession
-from .upgrade import UpgradeReport, check, upgrade
+
+# Eager: the functions must be bound over the submodule ``lovia_store.upgrade``
+# (a lazy name would lose to the module once anything imports it).
+from .upgrade import check, upgrade
+
+if TYPE_CHECKING:
+    from ._version import __version__ as __version__
+    from .checkpoints.contract import (
+        Checkpointer,
+        EffectLog,
+        RunHead,
+        RunSnapshot,
+        RunSummary,
+        ToolEffect,
+    )
+    from .checkpoints.leases import RunLease, RunLeases
+    from .checkpoints.memory import InMemoryCheckpointer
+    from .checkpoints.sql import SQLCheckpointer, SQLiteCheckpointer
+    from .db.database import Database
+    from .entries import (
+        AssistantTextEntry,
+        ContentPart,
+        FilePart,
+        ImagePart,
+        InputEntry,
+        ReasoningEntry,
+        TextPart,
+        ToolCallEntry,
+        ToolResultEntry,
+        TranscriptEntry,
+        Usage,
+        drop_dangling_tool_calls,
+        entry_from_dict,
+        entry_to_dict,
+    )
+    from .runs import (
+        Agent,
+        CheckpointOptions,
+        EffectMode,
+        MaxTurnsExceeded,
+        Model,
+        ModelTurn,
+        Runner,
+        RunResult,
+        ScriptedModel,
+        Tool,
+        ToolContext,
+        function_tool,
+    )
+    from .sessions.contract import Segment, Session
+    from .sessions.memory import InMemorySession
+    from .sessions.raw_log import (
+        CompactedMessage,
+        ContextSnapshot,
+        MessageTiming,
+        RawMessageRecord,
+        SessionSummary,
+        SessionView,
+        SQLiteSessionStorage,
+        SQLSessionStorage,
+        SyncRuntime,
+        SyncSessionStorage,
+    )
+    from .sessions.sql import SQLiteSession, SQLSession
+    from .upgrade import UpgradeReport
+
+_LAZY: dict[str, str] = {
+    name: module
+    for module, names in {
+        "._version": "__version__",
+        ".checkpoints.contract": "Checkpointer EffectLog RunHead RunSnapshot RunSummary ToolEffect",
+        ".checkpoints.leases": "RunLease RunLeases",
+        ".checkpoints.memory": "InMemoryCheckpointer",
+        ".checkpoints.sql": "SQLCheckpointer SQLiteCheckpointer",
+        ".db.database": "Database",
+        ".entries": "AssistantTextEntry ContentPart FilePart ImagePart InputEntry ReasoningEntry "
+        "TextPart ToolCallEntry ToolResultEntry TranscriptEntry Usage drop_dangling_tool_calls "
+        "entry_from_dict entry_to_dict",
+        ".runs": "Agent CheckpointOptions EffectMode MaxTurnsExceeded Model ModelTurn Runner "
+        "RunResult ScriptedModel Tool ToolContext function_tool",
+        ".sessions.contract": "Segment Session",
+        ".sessions.memory": "InMemorySession",
+        ".sessions.raw_log": "CompactedMessage ContextSnapshot MessageTiming RawMessageRecord "
+        "SessionSummary SessionView SQLiteSessionStorage SQLSessionStorage SyncRuntime "
+        "SyncSessionStorage",
+        ".sessions.sql": "SQLiteSession SQLSession",
+        ".upgrade": "UpgradeReport",
+    }.items()
+    for name in names.split()
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use, then keep the name here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 # A library's loggers are silent until the application configures logging.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -114,6 +187,7 @@ __all__ = [
     "SQLiteCheckpointer",
     "SQLiteSession",
     "SQLiteSessionStorage",
+    "SchemaConflictError",
     "SchemaNotCurrentError",
     "SchemaVersionError",
     "ScriptedModel",

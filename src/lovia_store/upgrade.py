@@ -1,25 +1,44 @@
-"""Schema upgrades from code: the same procedure as a store's first use."""
+"""Schema upgrades from code: the same procedure as a store's first use.
+
+``lovia_store`` imports this module eagerly (its ``upgrade`` function must
+hide the submodule of the same name), so the database and Alembic are
+imported on the first call, not here: ``import lovia_store`` stays cheap.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from .db.database import Database
-from .db.schema import UpgradeReport, ensure_current, migrate
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from .db.database import Database
+    from .db.schema import UpgradeReport
 
 __all__ = ["UpgradeReport", "check", "upgrade"]
 
-Target = Database | AsyncEngine | str | os.PathLike[str]
-Backup = bool | str | os.PathLike[str]
+Target: TypeAlias = "Database | AsyncEngine | str | os.PathLike[str]"
+Backup: TypeAlias = "bool | str | os.PathLike[str]"
+
+
+def __getattr__(name: str) -> Any:
+    """``UpgradeReport``, imported (with the schema code) when first named."""
+    if name == "UpgradeReport":
+        from .db.schema import UpgradeReport
+
+        return UpgradeReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _database(
     target: Target, schema: str | None, *, verify_only: bool, legacy_backup: Backup = True
 ) -> Database:
     """``target`` itself, or a Database opened on it (the caller closes what it opened)."""
+    from .db.database import Database
+
     if not isinstance(target, Database):
         return Database(target, schema=schema, verify_only=verify_only, legacy_backup=legacy_backup)
     if schema is not None and schema != target.schema:
@@ -41,6 +60,8 @@ async def upgrade(
     zett-agent wrote first keeps a copy of it, as ``Database(legacy_backup=...)``
     says (a ``Database`` passed in keeps its own setting).
     """
+    from .db.schema import migrate
+
     db = _database(target, schema, verify_only=False, legacy_backup=legacy_backup)
     try:
         return await migrate(db)
@@ -54,6 +75,8 @@ async def check(target: Target, *, schema: str | None = None) -> None:
 
     Never writes to the database (and never creates a missing SQLite file or schema).
     """
+    from .db.schema import ensure_current
+
     db = _database(target, schema, verify_only=True)
     try:
         await ensure_current(db, verify_only=True)

@@ -1,0 +1,132 @@
+"""``lovia_store``'s public surface: every name resolves, and importing the package is cheap.
+
+``import lovia_store`` imports the errors and ``upgrade``/``check`` only; every other
+name is imported on first use (PEP 562). Each check runs in a fresh interpreter, so
+what another test imported cannot hide an eager import.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lovia_store
+import lovia_store.runs
+
+INIT = Path(lovia_store.__file__)
+ROOT = Path(__file__).resolve().parents[1]
+
+DRIVERS_AND_FRAMEWORKS = ("asyncpg", "asyncmy", "psycopg", "aiosqlite", "lovia", "zett_agent")
+"""Never imported by ``lovia_store``'s names: a server driver, or an optional framework."""
+
+HEAVY = ("sqlalchemy", "alembic", "pydantic", "orjson")
+"""Imported only when a name that needs them is first used."""
+
+
+def _fresh(code: str) -> object:
+    """What ``code`` prints as JSON, run by a new interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(done.stdout)
+
+
+def _loaded(roots: tuple[str, ...]) -> str:
+    return f"sorted({{m.split('.')[0] for m in sys.modules}} & {set(roots)!r})"
+
+
+def test_import_loads_no_driver_framework_or_engine() -> None:
+    expr = _loaded(DRIVERS_AND_FRAMEWORKS + HEAVY)
+    loaded = _fresh(f"import sys, json, lovia_store; print(json.dumps({expr}))")
+    assert loaded == []
+
+
+def test_every_public_name_resolves_without_a_driver_or_framework() -> None:
+    code = (
+        "import sys, json, lovia_store\n"
+        "missing = [n for n in lovia_store.__all__ if getattr(lovia_store, n, None) is None]\n"
+        "from lovia_store import *  # noqa\n"
+        f"print(json.dumps({{'missing': missing, 'loaded': {_loaded(DRIVERS_AND_FRAMEWORKS)}}}))"
+    )
+    assert _fresh(code) == {"missing": [], "loaded": []}
+
+
+def test_upgrade_stays_the_function_when_its_module_is_imported() -> None:
+    code = (
+        "import importlib, json, lovia_store.cli\n"
+        "module = importlib.import_module('lovia_store.upgrade')\n"
+        "import lovia_store\n"
+        "print(json.dumps([lovia_store.upgrade is module.upgrade,"
+        " lovia_store.check is module.check,"
+        " lovia_store.UpgradeReport is module.UpgradeReport]))"
+    )
+    assert _fresh(code) == [True, True, True]
+
+
+def _declared() -> tuple[dict[str, str], set[str], list[str]]:
+    """From ``__init__.py``'s source: the ``TYPE_CHECKING`` imports (name: module),
+    the eager imports, and ``__all__``."""
+    tree = ast.parse(INIT.read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    eager: set[str] = set()
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for item in node.body:
+                assert isinstance(item, ast.ImportFrom)
+                typed.update(
+                    {alias.name: "." * item.level + (item.module or "") for alias in item.names}
+                )
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            eager.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
+            exported = ast.literal_eval(node.value)
+    return typed, eager, exported
+
+
+def test_lazy_map_and_type_checking_imports_agree() -> None:
+    """What mypy and IDEs see is what ``__getattr__`` imports, from the same module."""
+    typed, eager, exported = _declared()
+    assert typed == lovia_store._LAZY
+    assert sorted(exported) == exported
+    assert set(exported) == (eager | set(typed)) - {"__version__"}
+    assert not eager & set(typed)
+    assert set(exported) <= set(dir(lovia_store))
+
+
+def test_every_error_class_is_exported() -> None:
+    import lovia_store.errors as errors
+
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, errors.LoviaStoreError)
+        and not name.startswith("_")
+    }
+    assert classes == set(errors.__all__)
+    assert classes <= set(lovia_store.__all__)
+    for name in classes:
+        assert getattr(lovia_store, name) is getattr(errors, name)
+    # docs/databases.md says all derive from the root, and its table has a row for each.
+    page = (ROOT / "docs" / "databases.md").read_text(encoding="utf-8")
+    assert "derives from `LoviaStoreError`" in page
+    rows = set(re.findall(r"^\| `(\w+)`", page, re.M))
+    assert classes - {"LoviaStoreError"} <= rows, classes - rows
+
+
+def test_the_run_loop_names_are_the_same_objects_in_both_homes() -> None:
+    assert lovia_store.runs.__all__
+    for name in lovia_store.runs.__all__:
+        assert getattr(lovia_store, name) is getattr(lovia_store.runs, name), name
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        getattr(lovia_store, "NoSuchName")  # noqa: B009
