@@ -56,7 +56,7 @@ def _instances(cases: Any, without: set[str] = set()) -> int:  # noqa: B006 - ne
 
 
 async def test_every_case_passes_on_the_in_memory_stores() -> None:
-    assert await check_session_store(InMemorySession) == _instances(SESSION_CASES) == 55
+    assert await check_session_store(InMemorySession) == _instances(SESSION_CASES) == 61
     assert await check_checkpointer(InMemoryCheckpointer) == _instances(CHECKPOINT_CASES) == 25
 
 
@@ -79,7 +79,7 @@ async def test_a_broken_store_fails_and_every_failed_case_is_named() -> None:
     with pytest.raises(AssertionError) as raised:
         await check_session_store(ForgetsMeta)
     report = str(raised.value)
-    assert re.match(r"\d+ of 55 contract cases failed", report)
+    assert re.match(r"\d+ of 61 contract cases failed", report)
     assert "test_meta_is_stored_verbatim_and_never_aliased" in report
     assert "test_round_trips_every_entry_shape" in report
     assert "test_clear" not in report
@@ -107,7 +107,7 @@ class ProtocolOnly:
 
 
 async def test_without_leaves_out_exactly_the_cases_calling_the_missing_methods() -> None:
-    missing = {"trim_tool_results", "rewind"}
+    missing = {"trim_tool_results", "rewind", "fork", "fork_origin"}
     ran = await check_session_store(ProtocolOnly, without=tuple(missing))
     assert ran == _instances(SESSION_CASES, missing) == 29
     names = {c.name for c in SESSION_CASES if c.needs & missing}

@@ -11,7 +11,7 @@ from .._json import dump_object
 from ..entries import TranscriptEntry, check_entries
 from ..validation import check_id
 
-__all__ = ["Segment", "Session", "check_append"]
+__all__ = ["ForkOrigin", "Segment", "Session", "check_append"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,15 @@ class Segment:
     run_id: str
     entries: list[TranscriptEntry]
     meta: dict[str, Any] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class ForkOrigin:
+    """Where a forked session branched off: the session it was forked from and how
+    many of that session's entries the fork took (``fork``'s ``keep_entries``)."""
+
+    session_id: str
+    entries: int
 
 
 @runtime_checkable

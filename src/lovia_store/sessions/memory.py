@@ -9,8 +9,9 @@ from typing import Any
 from .._json import dump_object, load_object
 from ..checkpoints.contract import Checkpointer
 from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
+from ..errors import UserError
 from ..validation import check_call_ids, check_count, check_id
-from .contract import Segment, check_append
+from .contract import ForkOrigin, Segment, check_append
 from .trimming import rewind_split, trim_entry
 
 __all__ = ["InMemorySession"]
@@ -26,6 +27,7 @@ class InMemorySession:
 
     def __init__(self) -> None:
         self._segments: dict[str, list[Segment]] = {}
+        self._origins: dict[str, ForkOrigin] = {}
         self._lock = asyncio.Lock()
 
     async def segments(self, session_id: str) -> list[Segment]:
@@ -56,6 +58,7 @@ class InMemorySession:
         check_id(session_id, "session_id")
         async with self._lock:
             self._segments.pop(session_id, None)
+            self._origins.pop(session_id, None)
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
@@ -97,6 +100,36 @@ class InMemorySession:
             for run_id in touched:
                 await checkpointer.delete(run_id)
         return removed
+
+    async def fork(self, session_id: str, new_session_id: str, *, keep_entries: int) -> int:
+        """Copy the first ``keep_entries`` entries into a new session, cut as ``rewind``
+        cuts; the origin is untouched. Returns the entries the new session holds."""
+        check_id(session_id, "session_id")
+        check_id(new_session_id, "new_session_id")
+        check_count(keep_entries, "keep_entries", minimum=0)
+        async with self._lock:
+            segments = self._segments.get(session_id)
+            if segments is None:
+                raise UserError(f"session {session_id!r} does not exist")
+            total = sum(len(segment.entries) for segment in segments)
+            if keep_entries > total:
+                raise UserError(
+                    f"keep_entries={keep_entries} is past the end of session {session_id!r} "
+                    f"({total} entries)"
+                )
+            if new_session_id in self._segments:
+                raise UserError(f"session {new_session_id!r} already exists")
+            kept, boundary, _ = rewind_split(segments, keep_entries)
+            copied = [_copy(segment) for segment in kept + ([boundary] if boundary else [])]
+            self._segments[new_session_id] = copied
+            self._origins[new_session_id] = ForkOrigin(session_id, keep_entries)
+            return sum(len(segment.entries) for segment in copied)
+
+    async def fork_origin(self, session_id: str) -> ForkOrigin | None:
+        """The session and entry count ``session_id`` was forked from, or None."""
+        check_id(session_id, "session_id")
+        async with self._lock:
+            return self._origins.get(session_id)
 
     async def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""

@@ -30,7 +30,8 @@ from ..entries import (
 )
 from ..errors import ConflictError
 from ..validation import check_call_ids, check_count, check_id
-from .contract import Segment, check_append
+from .contract import ForkOrigin, Segment, check_append
+from .fork import FORK_ORIGIN, fork_rows
 from .log import (
     RUN_STORED,
     EncodedRun,
@@ -229,6 +230,35 @@ class SQLSession(SQLStore):
             for run_id in touched:
                 await checkpointer.delete(run_id)
         return removed
+
+
+    async def fork(self, session_id: str, new_session_id: str, *, keep_entries: int) -> int:
+        """Copy the first ``keep_entries`` entries of ``load()`` into a new session.
+
+        The non-destructive ``rewind``: the copy is cut as a rewind would cut it
+        (the run cut inside keeps its id, loses its dangling tool calls and its
+        meta), the origin is untouched, and the new session records its origin
+        (``fork_origin``). One transaction. Returns the entries the new session
+        holds. An unknown origin, an existing ``new_session_id`` or a count past
+        the origin's entries raise ``UserError`` and change nothing.
+        """
+        check_id(session_id, "session_id")
+        check_id(new_session_id, "new_session_id")
+        check_count(keep_entries, "keep_entries", minimum=0)
+
+        def work(conn: Connection) -> int:
+            return fork_rows(conn, session_id, new_session_id, keep_entries)
+
+        return await self.database.write(work)
+
+    async def fork_origin(self, session_id: str) -> ForkOrigin | None:
+        """The session and entry count ``session_id`` was forked from; None when it
+        was not forked (or does not exist)."""
+        check_id(session_id, "session_id")
+        rows = await self.database.read_one(FORK_ORIGIN, {"sid": session_id})
+        if not rows or rows[0][0] is None:
+            return None
+        return ForkOrigin(rows[0][0], int(rows[0][1]))
 
 
 class SQLiteSession(SQLSession):

@@ -29,7 +29,7 @@ from lovia_store.entries import (
 
 CaseFunction = Callable[..., Awaitable[None]]
 
-OPTIONAL_METHODS = frozenset({"trim_tool_results", "rewind", "list_runs"})
+OPTIONAL_METHODS = frozenset({"trim_tool_results", "rewind", "fork", "fork_origin", "list_runs"})
 """Store methods lovia-store's stores have beyond the ``Session``/``Checkpointer`` protocols."""
 
 

@@ -249,3 +249,7 @@ async def test_call_ids_no_backend_can_store_are_refused(make: MakeSession, call
         with raises(UserError, match=r"entries\[1\]\.call_id"):
             await store.append("s", [user("q"), call(call_id)], run_id="r1")
         assert await store.segments("s") == []
+
+
+# The fork cases register themselves in SESSION_CASES too (they check fork against rewind).
+from . import session_forks  # noqa: E402, F401
