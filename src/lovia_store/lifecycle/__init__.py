@@ -1,4 +1,32 @@
 """The data's whole life: copy a deployment between databases, export and import,
 retention, statistics. Each operation is a library call first; the command line
 (``lovia-store copy|export|import|prune|stats``) is a thin layer over it.
+
+Export, import and copy share one core: a database's content as a stream of
+records (``records``: the versioned, line-oriented format; ``reading``: the
+stream, in pages) and an idempotent loader of such a stream (``loading``).
 """
+
+from .copying import CopyReport, SessionCheck, copy_database
+from .export import ExportReport, export
+from .importing import ImportReport, import_file, read_file
+from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
+from .verify import Summary, Tally, summarize
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CopyReport",
+    "DestinationConflictError",
+    "ExportFormatError",
+    "ExportReport",
+    "ImportReport",
+    "SessionCheck",
+    "Summary",
+    "Tally",
+    "copy_database",
+    "export",
+    "import_file",
+    "read_file",
+    "summarize",
+]

@@ -1,0 +1,182 @@
+"""``import_file``: an export file into a database, idempotently, every record checked.
+
+Two passes over the file. The first parses and checks every line (its JSON,
+its record type, each value against its column, that children follow their
+parent, the end record's counts) and looks each record up in the destination
+in read transactions, refusing one that conflicts with a stored row: a bad
+file or a conflicting destination is refused before anything is written. The
+second pass writes, in units (``lovia_store.lifecycle.loading``), checking
+again, so a writer racing the import is still never overwritten.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import IO, Any, cast
+
+from ..db import progress as progress_
+from ..db.schema import _known_revisions, head_revision
+from ..upgrade import upgrade
+from .loading import Loader
+from .records import KINDS, ExportFormatError, Record, check_header, decode_line, record_from
+from .targets import Target, opened
+
+__all__ = ["ImportReport", "import_file", "read_file"]
+
+Source = str | os.PathLike[str] | IO[bytes]
+
+
+@dataclass
+class ImportReport:
+    """What an import did: rows inserted and rows already there, per record type."""
+
+    destination: str
+    inserted: Counter[str] = field(default_factory=Counter)
+    unchanged: Counter[str] = field(default_factory=Counter)
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return sum(self.inserted.values()) > 0
+
+
+async def import_file(
+    destination: Target,
+    source: Source,
+    *,
+    dry_run: bool = False,
+    progress: progress_.Reporter | None = None,
+) -> ImportReport:
+    """Load the export file ``source`` (a path, or a seekable binary file; gzip is
+    recognised by its content) into ``destination``, brought to the current schema first.
+
+    Idempotent: rows already there and equal are left alone. A malformed line is an
+    ``ExportFormatError`` and a record that conflicts with a stored row a
+    ``DestinationConflictError``, both naming the line, both before anything is
+    written. ``dry_run`` does the first pass only.
+    """
+    report_progress = progress or progress_.current()
+    async with opened(destination, verify_only=False) as db:
+        if not dry_run:
+            await upgrade(db)
+        report = ImportReport(destination=db.url, dry_run=dry_run)
+        passes = (True,) if dry_run else (True, False)
+        for check_only in passes:
+            loader = Loader(db, dry_run=check_only)
+            task = "checking records" if check_only else "importing records"
+            for done, record in enumerate(read_file(source), start=1):
+                await loader.add(record)
+                if report_progress is not None and done % 1000 == 0:
+                    report_progress(task, done, None)
+            await loader.flush()
+            report.inserted, report.unchanged = loader.counts.inserted, loader.counts.unchanged
+    return report
+
+
+def read_file(source: Source) -> Iterator[Record]:
+    """Every data record of an export file, checked; ``ExportFormatError`` names the line
+    of the first that is not valid (a truncated file: the line after the last)."""
+    with ExitStack() as stack:
+        stream = _open_input(stack, source)
+        yield from _records(stream)
+
+
+def _records(stream: IO[bytes]) -> Iterator[Record]:
+    known = _known_revisions()
+    counts: Counter[str] = Counter()
+    parents: dict[str, Any] = {"session": None, "run": None}
+    line_number = 0
+    ended = False
+    for line_number, text in _lines(stream):
+        if ended:
+            raise ExportFormatError("a record after the end record", line=line_number)
+        document = decode_line(text, line_number)
+        if line_number == 1:
+            revision = check_header(document, known)
+            if revision != head_revision():
+                raise ExportFormatError(
+                    f"the file is of schema revision {revision}, this lovia-store's is "
+                    f"{head_revision()}: import it with the version that wrote it, then "
+                    "upgrade that database and copy it",
+                    line=1,
+                )
+            continue
+        if document.get("record") == "end":
+            _check_end(document, counts, line_number)
+            ended = True
+            continue
+        record = record_from(document, line_number)
+        kind = KINDS[record.kind]
+        if kind.name in parents:
+            parents[kind.name] = record.row[kind.key[0]]
+        elif (
+            kind.parent is not None
+            and kind.parent_column is not None
+            and record.row[kind.parent_column] != parents[kind.parent]
+        ):
+            raise ExportFormatError(
+                f"a {kind.name} of {kind.parent} {record.row[kind.parent_column]!r} "
+                f"must follow that {kind.parent}'s record",
+                line=line_number,
+            )
+        counts[record.kind] += 1
+        yield record
+    if line_number == 0:
+        raise ExportFormatError("the file is empty", line=1)
+    if not ended:
+        raise ExportFormatError(
+            "the file ends before its end record (truncated?)", line=line_number + 1
+        )
+
+
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines; a damaged gzip stream is an ``ExportFormatError`` at its line."""
+    number = 0
+    lines = iter(stream)
+    while True:
+        try:
+            text = next(lines)
+        except StopIteration:
+            return
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ExportFormatError(f"the file cannot be read ({exc})", line=number + 1) from None
+        number += 1
+        yield number, text
+
+
+def _check_end(document: dict[str, Any], counts: Counter[str], line: int) -> None:
+    stated = document.get("counts")
+    if not isinstance(stated, dict):
+        raise ExportFormatError("the end record has no counts", line=line)
+    for name in KINDS:
+        if stated.get(name, 0) != counts[name]:
+            raise ExportFormatError(
+                f"the end record counts {stated.get(name, 0)!r} {name} records, "
+                f"the file holds {counts[name]}",
+                line=line,
+            )
+
+
+def _open_input(stack: ExitStack, source: Source) -> IO[bytes]:
+    if isinstance(source, str | os.PathLike):
+        raw: IO[bytes] = stack.enter_context(open(source, "rb"))  # noqa: SIM115
+    else:
+        raw = source
+        if not raw.seekable():
+            raise ExportFormatError(
+                "an import reads its file twice: give a seekable file", line=None
+            )
+        raw.seek(0)
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        zipped = gzip.GzipFile(fileobj=raw, mode="rb")
+        stack.callback(zipped.close)
+        return cast(IO[bytes], zipped)
+    return raw

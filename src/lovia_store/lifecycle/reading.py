@@ -1,0 +1,178 @@
+"""A database's content as a stream of records, in pages: memory stays bounded.
+
+Each page is one short read transaction, so a copy of a large database never
+holds a long one open on a live source. A session is read as of its row: the
+session row is read first, and only the messages, segments and snapshots its
+counters cover are read after it (``sequence <= last_sequence``, ``position <=
+run_count``, ``version <= snapshot_version``), so what a writer appends while
+the session is being read is left out; likewise a run's entries up to its
+head's ``entry_count``. A session rewound or trimmed while it is being read
+can come out mixed: the copy's verification, which reads both databases
+again, reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..db.database import Database
+from .records import KINDS, Kind, Record
+
+__all__ = ["PAGE", "count_rows", "read_records", "read_sessions"]
+
+PAGE = 1000
+"""Rows per read: big enough that round trips do not dominate, small enough that a
+page of megabyte tool outputs still fits in memory."""
+
+_BOUNDS = {
+    "message": ("sequence", "last_sequence"),
+    "segment": ("position", "run_count"),
+    "snapshot": ("version", "snapshot_version"),
+    "run_entry": ("position", "entry_count"),
+}
+"""A child's column and the parent's counter that bounds it."""
+
+
+def _after(kind: Kind, last: Sequence[Any]) -> ColumnElement[bool]:
+    """Rows past ``last`` in the kind's order (keyset paging, no OFFSET)."""
+    columns = [kind.table.c[name] for name in kind.order]
+    clauses = []
+    for i, column in enumerate(columns):
+        equal = [columns[j] == last[j] for j in range(i)]
+        clauses.append(and_(*equal, column > last[i]))
+    return or_(*clauses)
+
+
+def _page(
+    db: Database,
+    kind: Kind,
+    where: list[ColumnElement[bool]],
+    last: Sequence[Any] | None,
+    size: int,
+) -> Any:
+    table = kind.table
+    query = select(table)
+    conditions = list(where)
+    if last is not None:
+        conditions.append(_after(kind, last))
+    if conditions:
+        query = query.where(*conditions)
+    query = query.order_by(*(table.c[name] for name in kind.order)).limit(size)
+
+    def work(conn: Connection) -> list[dict[str, Any]]:
+        return [dict(row._mapping) for row in conn.execute(query)]
+
+    return db.read(work)
+
+
+async def _rows(
+    db: Database, name: str, where: list[ColumnElement[bool]], size: int = PAGE
+) -> AsyncIterator[dict[str, Any]]:
+    kind = KINDS[name]
+    last: tuple[Any, ...] | None = None
+    while True:
+        rows: list[dict[str, Any]] = await _page(db, kind, where, last, size)
+        for row in rows:
+            yield row
+        if len(rows) < size:
+            return
+        last = tuple(rows[-1][name] for name in kind.order)
+
+
+async def read_sessions(
+    db: Database, session_ids: Iterable[str] | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Session rows in id order (all, or those named that exist)."""
+    if session_ids is None:
+        async for row in _rows(db, "session", [], size=200):
+            yield row
+        return
+    table = KINDS["session"].table
+    wanted = sorted(set(session_ids))
+    for start in range(0, len(wanted), 200):
+        chunk = wanted[start : start + 200]
+        async for row in _rows(db, "session", [table.c.session_id.in_(chunk)], size=200):
+            yield row
+
+
+async def _children(db: Database, name: str, parent: dict[str, Any]) -> AsyncIterator[Record]:
+    kind = KINDS[name]
+    assert kind.parent_column is not None
+    table = kind.table
+    column, counter = _BOUNDS[name]
+    where = [
+        table.c[kind.parent_column] == parent[kind.parent_column],
+        table.c[column] <= parent[counter],
+    ]
+    async for row in _rows(db, name, where):
+        yield Record(name, row)
+
+
+async def session_records(db: Database, session: dict[str, Any]) -> AsyncIterator[Record]:
+    """One session: its row, then its messages, segments and snapshots."""
+    yield Record("session", session)
+    for name in ("message", "segment", "snapshot"):
+        async for record in _children(db, name, session):
+            yield record
+
+
+async def checkpoint_records(
+    db: Database, session_ids: Sequence[str] | None = None
+) -> AsyncIterator[Record]:
+    """The checkpoint side: run heads each with its entries, then tool effects and
+    leases. With ``session_ids``, only the runs whose head names one of those sessions
+    (``lovia_run_heads.session_id``), each with its tool effects and lease."""
+    if session_ids is None:
+        async for head in _rows(db, "run", [], size=200):
+            yield Record("run", head)
+            async for record in _children(db, "run_entry", head):
+                yield record
+        for name in ("tool_effect", "run_lease"):
+            async for row in _rows(db, name, []):
+                yield Record(name, row)
+        return
+    heads = KINDS["run"].table
+    if "session_id" not in heads.c:
+        return
+    for start in range(0, len(session_ids), 200):
+        chunk = list(session_ids[start : start + 200])
+        async for head in _rows(db, "run", [heads.c.session_id.in_(chunk)], size=200):
+            yield Record("run", head)
+            async for record in _children(db, "run_entry", head):
+                yield record
+            for name in ("tool_effect", "run_lease"):
+                table = KINDS[name].table
+                async for row in _rows(db, name, [table.c.run_id == head["run_id"]]):
+                    yield Record(name, row)
+
+
+async def read_records(
+    db: Database, *, session_ids: Iterable[str] | None = None
+) -> AsyncIterator[Record]:
+    """Every record of the database, in the file's order; with ``session_ids``, those
+    sessions and the runs that append to them."""
+    chosen = None if session_ids is None else sorted(set(session_ids))
+    async for session in read_sessions(db, chosen):
+        async for record in session_records(db, session):
+            yield record
+    async for record in checkpoint_records(db, chosen):
+        yield record
+
+
+async def count_rows(db: Database, names: Iterable[str]) -> dict[str, int]:
+    """How many rows each record type has (for progress totals)."""
+    chosen = list(names)
+
+    def work(conn: Connection) -> dict[str, int]:
+        return {
+            name: int(
+                conn.execute(select(func.count()).select_from(KINDS[name].table)).scalar_one()
+            )
+            for name in chosen
+        }
+
+    return await db.read(work)
