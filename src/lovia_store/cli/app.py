@@ -26,6 +26,7 @@ from ..errors import (
     UserError,
 )
 from .browse import sessions_command, show_command
+from .lifecycle_commands import copy_command, export_command, import_command
 from .options import URL_HELP
 from .output import Output, ReaderGone
 from .schema_commands import check_command, upgrade_command
@@ -111,7 +112,15 @@ def demo_command(target: str | None, force: bool) -> int:
         raise ReaderGone from exc
 
 
-for command in (upgrade_command, check_command, sessions_command, show_command):
+for command in (
+    upgrade_command,
+    check_command,
+    sessions_command,
+    show_command,
+    export_command,
+    import_command,
+    copy_command,
+):
     cli.add_command(command)
 
 

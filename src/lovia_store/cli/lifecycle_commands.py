@@ -1,0 +1,201 @@
+"""``export``, ``import`` and ``copy``: a deployment's data out of, into and between databases.
+
+Each is a thin layer over ``lovia_store.lifecycle``. ``copy`` ends with its
+verification and exits 5 when it found a difference (a source written to while
+it was copied: copy again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+
+from ..lifecycle import CopyReport, ImportReport, copy_database, export, import_file
+from ..lifecycle.records import KINDS
+from .options import URL_HELP, default_url, json_option, shown, url_argument
+from .output import Output, printable
+
+__all__ = ["copy_command", "export_command", "import_command"]
+
+FAILED = 5
+
+
+def _counts(counter: Any) -> dict[str, int]:
+    return {name: int(counter[name]) for name in KINDS}
+
+
+def _summary(counter: Any) -> str:
+    parts = [f"{counter[name]} {name}" for name in KINDS if counter[name]]
+    return ", ".join(parts) or "nothing"
+
+
+@click.command(
+    "export", short_help="Write sessions and runs to a JSON-lines file.", epilog=URL_HELP
+)
+@url_argument
+@click.option(
+    "--session",
+    "session_ids",
+    multiple=True,
+    metavar="ID",
+    help="Export this session (and the runs that append to it) only; repeatable. "
+    "Default: everything.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "path",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="The file to write (gzip-compressed when it ends in .gz).",
+)
+@json_option
+@click.pass_obj
+def export_command(
+    output: Output, url: str | None, session_ids: tuple[str, ...], path: str, as_json: bool
+) -> int:
+    """Write the database at URL (or the sessions named) to FILE, one record per line.
+
+    The format is documented in docs/operations.md; `lovia-store import` reads it.
+    The database is only read (one that needs `lovia-store upgrade` is refused).
+    """
+    output.json_mode = as_json
+    target = url or default_url()
+    with output.progress(f"exporting {shown(target)}"):
+        report = asyncio.run(export(target, path, session_ids=session_ids or None))
+    if as_json:
+        output.json(
+            {
+                "status": "ok",
+                "source": report.source,
+                "file": path,
+                "records": _counts(report.counts),
+            }
+        )
+    else:
+        output.print(f"{printable(path)}: {_summary(report.counts)}")
+    return 0
+
+
+@click.command("import", short_help="Load an export file into a database.", epilog=URL_HELP)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@url_argument
+@click.option(
+    "--dry-run", is_flag=True, help="Check every record against the database; write nothing."
+)
+@json_option
+@click.pass_obj
+def import_command(output: Output, file: str, url: str | None, dry_run: bool, as_json: bool) -> int:
+    """Load FILE (written by `lovia-store export`) into the database at URL.
+
+    Idempotent: rows already there are left alone, so importing twice changes
+    nothing. A malformed line, or a record that conflicts with a row already
+    there, is refused before anything is written, naming the line.
+    """
+    output.json_mode = as_json
+    target = url or default_url()
+    with output.progress(f"importing into {shown(target)}"):
+        report = asyncio.run(import_file(target, file, dry_run=dry_run))
+    if as_json:
+        output.json(_import_document(report))
+    else:
+        verb = "would insert" if dry_run else "inserted"
+        output.print(f"{verb} {_summary(report.inserted)}")
+        output.print(f"already there: {_summary(report.unchanged)}")
+    return 0
+
+
+def _import_document(report: ImportReport) -> dict[str, object]:
+    return {
+        "status": "ok",
+        "destination": report.destination,
+        "dry_run": report.dry_run,
+        "inserted": _counts(report.inserted),
+        "unchanged": _counts(report.unchanged),
+    }
+
+
+@click.command("copy", short_help="Copy a whole deployment into another database.", epilog=URL_HELP)
+@click.argument("source_url")
+@click.argument("destination_url")
+@json_option
+@click.pass_obj
+def copy_command(output: Output, source_url: str, destination_url: str, as_json: bool) -> int:
+    """Copy every session and run from SOURCE_URL into DESTINATION_URL, then verify.
+
+    The destination is upgraded to the current schema first, and refused if it
+    holds data the source does not. Killed, the copy is finished by running it
+    again. Prints each session's row counts and content digest as read back from
+    both databases; exits 5 if any differ.
+    """
+    output.json_mode = as_json
+    with output.progress(f"copying {shown(source_url)} to {shown(destination_url)}"):
+        report = asyncio.run(copy_database(source_url, destination_url))
+    if as_json:
+        output.json(_copy_document(report))
+    else:
+        for line in _copy_lines(report):
+            output.print(line)
+    return 0 if report.ok else FAILED
+
+
+def _copy_document(report: CopyReport) -> dict[str, object]:
+    checkpoints = report.checkpoints
+    return {
+        "status": "ok" if report.ok else "differs",
+        "source": report.source,
+        "destination": report.destination,
+        "seconds": round(report.seconds, 3),
+        "inserted": _counts(report.inserted),
+        "unchanged": _counts(report.unchanged),
+        "sessions": [
+            {
+                "session_id": check.session_id,
+                "equal": check.equal,
+                "source": None if check.source is None else _tally(check.source),
+                "destination": None if check.destination is None else _tally(check.destination),
+            }
+            for check in report.sessions
+        ],
+        "checkpoints": None
+        if checkpoints is None
+        else {"source": _tally(checkpoints[0]), "destination": _tally(checkpoints[1])},
+    }
+
+
+def _tally(tally: Any) -> dict[str, object]:
+    return {"counts": dict(tally.counts), "digest": tally.digest}
+
+
+def _copy_lines(report: CopyReport) -> list[str]:
+    lines = [
+        f"copied {printable(report.source)} to {printable(report.destination)} "
+        f"in {report.seconds:.1f} s",
+        f"inserted {_summary(report.inserted)}",
+        f"already there: {_summary(report.unchanged)}",
+        "verification (read back from both databases):",
+    ]
+    for check in report.sessions:
+        tally = check.source or check.destination
+        assert tally is not None
+        counts = " ".join(f"{tally.counts[k]} {k}" for k in ("message", "segment", "snapshot"))
+        mark = "ok" if check.equal else "DIFFERS"
+        lines.append(f"  {mark:7} {printable(check.session_id)}  {counts}  {tally.digest[:16]}")
+    if report.checkpoints is not None:
+        source, destination = report.checkpoints
+        same = source.counts == destination.counts and source.digest == destination.digest
+        counts = " ".join(
+            f"{source.counts[k]} {k}" for k in ("run", "run_entry", "tool_effect", "run_lease")
+        )
+        lines.append(
+            f"  {'ok' if same else 'DIFFERS':7} checkpoints  {counts}  {source.digest[:16]}"
+        )
+    differing = len(report.differing)
+    lines.append(
+        "every session equal on both sides"
+        if report.ok
+        else f"{differing} session(s) differ: the source changed during the copy; run it again"
+    )
+    return lines
