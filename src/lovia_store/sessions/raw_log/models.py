@@ -85,7 +85,8 @@ class CompactedMessage(BaseModel):
 
 
 class SessionSummary(_Frozen):
-    """A session's identity, display fields and message count, without its messages."""
+    """A session's identity, display fields and message count, without its messages;
+    a fork names its origin (session and entry count) so a UI can show the branch."""
 
     session_id: str
     parent_session_id: str | None = None
@@ -95,6 +96,10 @@ class SessionSummary(_Frozen):
     message_count: int
     created_at: datetime
     updated_at: datetime
+    forked_from_session_id: str | None = None
+    """The session this one was forked from (``fork``), None otherwise."""
+    forked_at_entry: int | None = None
+    """How many of that session's entries the fork took."""
 
 
 class RawMessageRecord(_Frozen):

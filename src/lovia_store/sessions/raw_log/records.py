@@ -31,6 +31,7 @@ __all__ = [
     "RECORD_COLUMNS",
     "SNAPSHOT_COLUMNS",
     "SUMMARY_COLUMNS",
+    "record_fields",
     "records_from_rows",
     "snapshot_from_row",
     "stored_object",
@@ -50,6 +51,8 @@ SUMMARY_COLUMNS = (
     s.message_count,
     s.created_at,
     s.updated_at,
+    s.forked_from_session_id,
+    s.forked_at_entry,
 )
 
 RECORD_COLUMNS = (
@@ -81,6 +84,8 @@ SNAPSHOT_COLUMNS = (
 
 _RECORD_NAMES = tuple(column.name for column in RECORD_COLUMNS)
 _ENTRY_JSON = _RECORD_NAMES.index("entry_json")
+_ENVELOPE_JSON = _RECORD_NAMES.index("envelope_json")
+_RUN_ID = _RECORD_NAMES.index("run_id")
 _MEASURED = (*TIMING_FIELDS, *USAGE_FIELDS)  # the columns between tags_json and created_at
 
 _COMPACTED: TypeAdapter[CompactedMessage] = TypeAdapter(CompactedMessage)
@@ -126,6 +131,8 @@ def summary_from_row(row: Any) -> SessionSummary:
         message_count=row.message_count,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        forked_from_session_id=row.forked_from_session_id,
+        forked_at_entry=row.forked_at_entry,
     )
 
 
@@ -150,28 +157,39 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
         raise
 
 
-def _record_values(row: Any, message: Any) -> dict[str, Any]:
-    """One row (in ``RECORD_COLUMNS`` order) as ``RawMessageRecord`` fields."""
-    session_id, sequence, request_id, run_id, message_id, _, envelope, meta, tags = row[:9]
+def record_fields(row: Any) -> dict[str, Any]:
+    """What every read model of a raw message takes from its row (``RECORD_COLUMNS``
+    order) alike, ours and a framework's: id, session, sequence, request id,
+    metadata, tags, timing, usage and times. The message is the caller's to decode."""
+    session_id, sequence, request_id, _run, message_id, _entry, _env, meta, tags = row[:9]
     created, updated = row[-2:]
     values = dict(zip(_MEASURED, row[9:-2], strict=True))
     if values["started_at"] is None:
         # A row written by lovia's own append has no timing: it reads as instantaneous.
         values.update(started_at=created, completed_at=created, duration_ns=0)
-    if isinstance(message, list):  # a message that stands for several entries
-        values["multiple"] = message
-        message = _shown_entry(message)
     values.update(
         id=message_id or record_id(session_id, sequence),
         session_id=session_id,
         sequence=sequence,
         request_id=request_id,
-        run_id=run_id,
-        message=message,
         metadata=stored_object(meta, "metadata", "metadata_json", session_id, sequence),
         tags=stored_object(tags, "tags", "tags_json", session_id, sequence),
         created_at=created,
         updated_at=updated or created,
+    )
+    return values
+
+
+def _record_values(row: Any, message: Any) -> dict[str, Any]:
+    """One row (in ``RECORD_COLUMNS`` order) as ``RawMessageRecord`` fields."""
+    values = record_fields(row)
+    if isinstance(message, list):  # a message that stands for several entries
+        values["multiple"] = message
+        message = _shown_entry(message)
+    envelope = row[_ENVELOPE_JSON]
+    values.update(
+        run_id=row[_RUN_ID],
+        message=message,
         envelope=None if envelope is None else orjson.loads(envelope),
     )
     return values

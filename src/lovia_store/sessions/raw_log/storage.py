@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
-from sqlalchemy import BigInteger, Connection, bindparam, select, update
+from sqlalchemy import Connection, select
 
-from ...db.dialect import insert_ignore
 from ...db.store import SQLStore, StoreTarget
 from ...db.tables import sessions
-from ...db.types import utcnow
 from ...entries import TranscriptEntry, Usage
 from ...errors import UserError
 from ...validation import check_id
-from ..rewind import delete_session_rows
+from ..fork import fork_rows
+from . import session_rows
 from .appends import PendingMessage
 from .models import (
     CompactedMessage,
@@ -35,7 +34,7 @@ from .models import (
     SessionSummary,
     SessionView,
 )
-from .reads import fetch_view, read_page, view_from
+from .reads import read_page, read_view, view_from
 from .records import SUMMARY_COLUMNS, records_from_rows, summary_from_row
 from .rules import (
     MAX_AGENT_NAME,
@@ -108,26 +107,37 @@ class SQLSessionStorage(SQLStore):
             check_session_type(session_type),
         )
 
-        def work(conn: Connection) -> SessionSummary:
-            now = utcnow()
-            row = {"session_id": sid, **values, "created_at": now, "updated_at": now}
-            if not insert_ignore(conn, sessions, row):
-                raise UserError(f"session {sid!r} already exists")
-            return SessionSummary(
-                session_id=sid, message_count=0, **values, created_at=now, updated_at=now
-            )
+        now = await session_rows.create(self.database, sid, values, _exists)
+        return SessionSummary(
+            session_id=sid, message_count=0, **values, created_at=now, updated_at=now
+        )
 
-        return await self.database.write(work)
+    async def fork(
+        self, session_id: str, new_session_id: str, *, keep_entries: int
+    ) -> SessionSummary:
+        """Copy the session's first ``keep_entries`` entries (lovia's view, as
+        ``SQLSession.fork``) into a new session ``new_session_id``; returns its summary.
+
+        Raw messages are copied whole (entry, envelope, metadata, tags, timing,
+        usage, request id), numbered 1..n; the origin is untouched. An unknown
+        origin, an existing ``new_session_id`` or a count past the end raise
+        ``UserError`` and change nothing.
+        """
+        check_id(session_id, "session_id")
+        new_id = check_id(new_session_id, "new_session_id")
+        keep = check_count(keep_entries, "keep_entries", minimum=0)
+
+        def work(conn: Connection) -> Any:
+            fork_rows(conn, session_id, new_id, keep)
+            query = select(*SUMMARY_COLUMNS).where(s.session_id == new_id)
+            return conn.execute(query).one()
+
+        return summary_from_row(await self.database.write(work))
 
     async def get_session(self, session_id: str) -> SessionSummary | None:
         """The session's summary without its messages, or None."""
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> Any:
-            query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
-            return (conn.execute(query)).first()
-
-        row = await self.database.read(work)
+        row = await session_rows.summary(self.database, session_id)
         return None if row is None else summary_from_row(row)
 
     async def update_session(
@@ -149,28 +159,13 @@ class SQLSessionStorage(SQLStore):
             if value is not None
         }
 
-        def work(conn: Connection) -> Any:
-            changed = conn.execute(
-                update(sessions)
-                .where(s.session_id == session_id)
-                .values(**changes, updated_at=utcnow())
-            )
-            if not changed.rowcount:
-                return None
-            query = select(*SUMMARY_COLUMNS).where(s.session_id == session_id)
-            return (conn.execute(query)).one()
-
-        row = await self.database.write(work)
+        row = await session_rows.update_display(self.database, session_id, changes)
         return None if row is None else summary_from_row(row)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its raw messages and snapshots; True when it existed."""
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> bool:
-            return delete_session_rows(conn, session_id)
-
-        return await self.database.write(work)
+        return await session_rows.delete(self.database, session_id)
 
     async def list_sessions(
         self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
@@ -183,29 +178,13 @@ class SQLSessionStorage(SQLStore):
         codes = check_session_types(session_types)
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
-
-        def work(conn: Connection) -> Sequence[Any]:
-            query = select(*SUMMARY_COLUMNS)
-            if codes is not None:
-                query = query.where(s.session_type.in_(codes))
-            query = query.order_by(s.updated_at.desc(), s.session_id.desc())
-            # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
-            query = query.limit(bindparam("limit", limit, type_=BigInteger)).offset(
-                bindparam("offset", offset, type_=BigInteger)
-            )
-            return (conn.execute(query)).all()
-
-        return [summary_from_row(row) for row in await self.database.read(work)]
+        rows = await session_rows.page(self.database, codes, limit, offset)
+        return [summary_from_row(row) for row in rows]
 
     async def count_messages(self, session_id: str) -> int:
         """How many raw messages the session holds (0 for an unknown one); reads one row."""
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> int:
-            query = select(s.message_count).where(s.session_id == session_id)
-            return int((conn.execute(query)).scalar() or 0)
-
-        return await self.database.read(work)
+        return await session_rows.message_count(self.database, session_id)
 
     # -- the Raw Log ----------------------------------------------------------
 
@@ -250,11 +229,7 @@ class SQLSessionStorage(SQLStore):
         An unknown session gives an empty view and creates nothing.
         """
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> tuple[Any, Any, Sequence[Any]] | None:
-            return fetch_view(conn, session_id)
-
-        return view_from(await self.database.read(work))
+        return view_from(await read_view(self.database, session_id))
 
     async def append(
         self,
@@ -329,6 +304,10 @@ class SQLSessionStorage(SQLStore):
         from .sync_view import SyncSessionStorage
 
         return SyncSessionStorage(self, runtime=runtime)
+
+
+def _exists(sid: str) -> Exception:
+    return UserError(f"session {sid!r} already exists")
 
 
 class SQLiteSessionStorage(SQLSessionStorage):
