@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import uuid4
 
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
@@ -36,7 +36,17 @@ from .leases import (
     this_holder,
 )
 
-__all__ = ["InMemoryCheckpointer"]
+__all__ = ["InMemoryCheckpointer", "RunState"]
+
+
+class RunState(NamedTuple):
+    """A run as retention sees it; ``status`` is None for a lease taken before any write."""
+
+    run_id: str
+    status: str | None
+    updated_at: datetime | None
+    session_id: str | None
+    leased: bool
 
 
 class InMemoryCheckpointer:
@@ -111,6 +121,45 @@ class InMemoryCheckpointer:
         rows = [row for row in rows if status is None or row.status == status]
         rows.sort(key=lambda row: (row.updated_at, row.run_id), reverse=True)
         return rows[offset : offset + limit]
+
+    async def _run_states(self) -> list[RunState]:
+        """Every run as retention judges it (for ``lovia_store.lifecycle.prune``)."""
+        async with self._lock:
+            now = time.time()
+            states = [
+                RunState(
+                    run_id,
+                    RunHead.model_validate_json(head).status,
+                    stamp,
+                    self._sessions.get(run_id),
+                    self._leased(run_id, now),
+                )
+                for run_id, (_, head, stamp) in self._runs.items()
+            ]
+            states += [
+                RunState(run_id, None, None, None, True)
+                for run_id in self._leases
+                if run_id not in self._runs and self._leased(run_id, now)
+            ]
+            return states
+
+    def _leased(self, run_id: str, now: float) -> bool:
+        held = self._leases.get(run_id)
+        return held is not None and held.expires_at.timestamp() > now
+
+    async def _delete_unchanged(
+        self, run_id: str, seen: datetime, statuses: tuple[str, ...]
+    ) -> bool:
+        """Delete the run unless it was written since ``seen``, left ``statuses`` or is
+        leased (retention's re-check)."""
+        async with self._lock:
+            found = self._runs.get(run_id)
+            if found is None or found[2] != seen or self._leased(run_id, time.time()):
+                return False
+            if RunHead.model_validate_json(found[1]).status not in statuses:
+                return False
+            self._forget(run_id)
+            return True
 
     async def acquire_lease(self, run_id: str, *, ttl: float = DEFAULT_LEASE_TTL) -> RunLease:
         check_id(run_id, "run_id")

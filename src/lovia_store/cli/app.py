@@ -29,6 +29,7 @@ from .browse import sessions_command, show_command
 from .lifecycle_commands import copy_command, export_command, import_command
 from .options import URL_HELP
 from .output import Output, ReaderGone
+from .prune_command import prune_command
 from .schema_commands import check_command, upgrade_command
 
 __all__ = ["EXIT_CODES", "cli", "exit_code", "main"]
@@ -120,6 +121,7 @@ for command in (
     export_command,
     import_command,
     copy_command,
+    prune_command,
 ):
     cli.add_command(command)
 

@@ -11,6 +11,7 @@ from .copying import CopyReport, SessionCheck, copy_database
 from .export import ExportReport, export
 from .importing import ImportReport, import_file, read_file
 from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
+from .retention import PruneReport, prune
 from .verify import Summary, Tally, summarize
 
 __all__ = [
@@ -21,12 +22,14 @@ __all__ = [
     "ExportFormatError",
     "ExportReport",
     "ImportReport",
+    "PruneReport",
     "SessionCheck",
     "Summary",
     "Tally",
     "copy_database",
     "export",
     "import_file",
+    "prune",
     "read_file",
     "summarize",
 ]

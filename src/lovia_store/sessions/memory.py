@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from .._json import dump_object, load_object
@@ -28,6 +29,8 @@ class InMemorySession:
     def __init__(self) -> None:
         self._segments: dict[str, list[Segment]] = {}
         self._origins: dict[str, ForkOrigin] = {}
+        self._updated: dict[str, datetime] = {}
+        """Each session's last change (``lovia_sessions.updated_at``), for retention."""
         self._lock = asyncio.Lock()
 
     async def segments(self, session_id: str) -> list[Segment]:
@@ -52,6 +55,7 @@ class InMemorySession:
             segments = self._segments.setdefault(session_id, [])
             if not any(segment.run_id == run_id for segment in segments):
                 segments.append(Segment(run_id, stored, load_object(meta_text)))
+                self._updated[session_id] = datetime.now(UTC)
             return run_id
 
     async def clear(self, session_id: str) -> None:
@@ -59,6 +63,7 @@ class InMemorySession:
         async with self._lock:
             self._segments.pop(session_id, None)
             self._origins.pop(session_id, None)
+            self._updated.pop(session_id, None)
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
@@ -81,6 +86,8 @@ class InMemorySession:
                     entries.append(short or entry)
                     trimmed += short is not None
                 segments[index] = Segment(segment.run_id, entries, segment.meta)
+            if trimmed:
+                self._updated[session_id] = datetime.now(UTC)
             return trimmed
 
     async def rewind(
@@ -95,6 +102,7 @@ class InMemorySession:
             kept, boundary, removed = rewind_split(segments, keep_entries)
             if removed:
                 self._segments[session_id] = kept + ([boundary] if boundary else [])
+                self._updated[session_id] = datetime.now(UTC)
             touched = [s.run_id for s in segments[len(kept) :]] if removed else []
         if checkpointer is not None:
             for run_id in touched:
@@ -123,6 +131,7 @@ class InMemorySession:
             copied = [_copy(segment) for segment in kept + ([boundary] if boundary else [])]
             self._segments[new_session_id] = copied
             self._origins[new_session_id] = ForkOrigin(session_id, keep_entries)
+            self._updated[new_session_id] = datetime.now(UTC)
             return sum(len(segment.entries) for segment in copied)
 
     async def fork_origin(self, session_id: str) -> ForkOrigin | None:
@@ -130,6 +139,21 @@ class InMemorySession:
         check_id(session_id, "session_id")
         async with self._lock:
             return self._origins.get(session_id)
+
+    async def _activity(self) -> dict[str, datetime]:
+        """Every session's last change (for ``lovia_store.lifecycle.prune``)."""
+        async with self._lock:
+            return dict(self._updated)
+
+    async def _clear_unchanged(self, session_id: str, seen: datetime) -> bool:
+        """Delete the session unless it changed since ``seen`` (retention's re-check)."""
+        async with self._lock:
+            if self._updated.get(session_id) != seen:
+                return False
+            self._segments.pop(session_id, None)
+            self._origins.pop(session_id, None)
+            del self._updated[session_id]
+            return True
 
     async def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""
