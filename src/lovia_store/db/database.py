@@ -20,6 +20,7 @@ from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserEr
 from .errors import read_retry_safe, worth_retrying
 from .executors import AsyncExecutor, Executor, Work, make_async_engine
 from .prepared import Prepared
+from .private_files import keep_sqlite_files_private
 from .sqlite_executor import SQLiteThreadExecutor
 from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
 
@@ -139,7 +140,10 @@ class Database:
             path = sqlite_file(url)
             if path is not None:  # a check must not leave folders behind
                 prepare_sqlite_folder(path, create=not verify_only)
-            return SQLiteThreadExecutor(url, echo=echo, options=options, **sqlite)
+            executor = SQLiteThreadExecutor(url, echo=echo, options=options, **sqlite)
+            if path is not None:  # owner-only files (docs/guarantees.md)
+                keep_sqlite_files_private(executor.engine, url, path)
+            return executor
         try:
             engine = in_schema(make_async_engine(url, echo=echo, options=options), schema)
         except ModuleNotFoundError as exc:

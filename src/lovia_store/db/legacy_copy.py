@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import LegacyBackupError
+from .private_files import create_private_file
 
 __all__ = [
     "ADOPTED_BY",
@@ -75,6 +75,7 @@ def keep_copy(path: Path, folder: Path | None = None) -> Path:
 
 
 def _copy_pages(path: Path, partial: Path) -> None:
+    create_private_file(partial)  # the copy is the user's conversations: owner-only
     source = sqlite3.connect(path)
     try:
         target = sqlite3.connect(partial)
@@ -84,7 +85,6 @@ def _copy_pages(path: Path, partial: Path) -> None:
             target.close()
     finally:
         source.close()
-    shutil.copymode(path, partial)  # the same owner-only bits a private file had
     with partial.open("rb+") as written:
         os.fsync(written.fileno())
 

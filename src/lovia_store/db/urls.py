@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from ..errors import StoreUnavailableError, UserError
+from .private_files import create_private_folder
 
 __all__ = ["display_url", "mask_secrets", "prepare_sqlite_folder", "sqlite_file", "to_url"]
 
@@ -164,9 +165,9 @@ def sqlite_file(url: URL) -> Path | None:
 def prepare_sqlite_folder(path: Path, *, create: bool) -> None:
     """Check that ``path`` can be a SQLite file; create its folder if it alone is missing.
 
-    Only the file's own folder is created, and only when that folder's parent
-    exists (so ``~/.lovia-store/`` appears on first use, while a mistyped
-    ``/srv/dta/app/db.sqlite3`` is refused instead of growing a new tree).
+    Only the file's own folder is created, owner-only (0700), and only when that
+    folder's parent exists (so ``~/.lovia-store/`` appears on first use, while a
+    mistyped ``/srv/dta/app/db.sqlite3`` is refused instead of growing a new tree).
     ``create=False`` (a verify-only check) creates nothing.
     """
     if "\0" in str(path):
@@ -186,6 +187,8 @@ def _prepare_folder(path: Path, *, create: bool) -> None:
     existing = next(parent for parent in path.parents if parent.exists())
     if not existing.is_dir():
         raise UserError(f"{path}: {existing} is a file, not a folder")
+    if existing == folder:  # another process made it since the check above
+        return
     if existing != folder.parent:
         missing = next(parent for parent in path.parents if parent.parent == existing)
         raise UserError(
@@ -194,6 +197,6 @@ def _prepare_folder(path: Path, *, create: bool) -> None:
         )
     if create:
         try:
-            folder.mkdir(exist_ok=True)  # another process may make it meanwhile
+            create_private_folder(folder)  # owner-only; one another process made is kept
         except OSError as exc:  # permissions, a read-only file system
             raise StoreUnavailableError(f"{path}: cannot create its folder: {exc}") from exc
