@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lovia.transcript import AssistantTextEntry, InputEntry, ToolCallEntry, ToolResultEntry
 from sqlalchemy import select
 from zett_agent.agent import Agent, AgentRunConfig
 from zett_agent.extensions.compaction import CompactedMessage as ZettCompacted
@@ -24,6 +25,7 @@ from conftest import Backend
 from helpers import a_run, call, result, say, user
 from lovia_store import Database, MessageTiming, SQLSession, Usage, UserError
 from lovia_store.db.tables import messages, session_runs, sessions, snapshots
+from lovia_store.integrations import lovia as lovia_integration
 from lovia_store.sessions.contract import ForkOrigin
 from lovia_store.sessions.raw_log.models import CompactedMessage
 from zett_support import KINDS, ScriptedModel, open_ours, our_target, weather
@@ -244,3 +246,25 @@ async def test_a_fork_of_a_zett_session_keeps_its_envelopes_and_runs_on(
         assert isinstance(after[-1].message, AssistantMessage)
         assert UserMessage(content="And tomorrow?") in [r.message for r in after]
         assert ToolMessage in {type(r.message) for r in after}
+
+
+async def test_lovia_s_session_forks_with_lovia_s_entries(sql_backend: Backend) -> None:
+    assert sql_backend.target is not None
+    run = [
+        InputEntry("user", "look it up"),
+        ToolCallEntry("c1", "search", "{}"),
+        ToolResultEntry("c1", "found", raw={"n": 1}),
+        AssistantTextEntry("here"),
+    ]
+    async with lovia_integration.SQLSession(sql_backend.target) as session:
+        await session.append("s", run, run_id="r1", meta={"m": 1})
+        await session.append("s", run, run_id="r2", meta={"m": 2})
+        # Cut between r2's call and its result: the call goes, r2 keeps its id, not its meta.
+        assert await session.fork("s", "f", keep_entries=6) == 5
+        assert await session.load("f") == [*run, run[0]]
+        segments = await session.segments("f")
+        assert [(s.run_id, s.meta) for s in segments] == [("r1", {"m": 1}), ("r2", None)]
+        assert await session.fork_origin("f") == ForkOrigin("s", 6)
+        assert await session.load("s") == run + run
+        with pytest.raises(UserError, match="already exists"):
+            await session.fork("s", "f", keep_entries=1)

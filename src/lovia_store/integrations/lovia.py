@@ -35,7 +35,7 @@ from ..db.store import SQLStore, StoreTarget
 from ..entries import Where, json_documents, rows_of, session_rows
 from ..errors import MissingDriverError, UserError
 from ..sessions import sql as sql_sessions
-from ..sessions.contract import check_append
+from ..sessions.contract import ForkOrigin, check_append
 from ..sessions.log import EncodedRun
 from ..validation import check_count, check_id
 
@@ -126,7 +126,7 @@ class _Adapter(Generic[Native]):
 
 
 class SQLSession(_Adapter[sql_sessions.SQLSession]):
-    """lovia's ``Session`` (with ``trim_tool_results`` and ``rewind``) on any SQL backend.
+    """lovia's ``Session`` (with ``trim_tool_results``, ``rewind`` and ``fork``) on any SQL backend.
 
     ``target`` is what ``lovia_store.SQLSession`` takes: a URL, a SQLite path,
     an ``AsyncEngine`` you own, or a ``Database`` several stores share.
@@ -180,6 +180,16 @@ class SQLSession(_Adapter[sql_sessions.SQLSession]):
             keep_entries=keep_entries,
             checkpointer=native,  # type: ignore[arg-type]
         )
+
+
+    async def fork(self, session_id: str, new_session_id: str, *, keep_entries: int) -> int:
+        """lovia-store's fork (the non-destructive rewind): the first ``keep_entries``
+        entries copied into a new session; returns the entries it holds."""
+        return await self._native.fork(session_id, new_session_id, keep_entries=keep_entries)
+
+    async def fork_origin(self, session_id: str) -> ForkOrigin | None:
+        """The session and entry count ``session_id`` was forked from, or None."""
+        return await self._native.fork_origin(session_id)
 
 
 class SQLiteSession(SQLSession):
