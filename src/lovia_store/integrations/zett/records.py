@@ -24,29 +24,20 @@ from zett_agent.json_types import json_object
 
 from ...entries import ToolCallEntry, entries_from_json_rows, expand_documents
 from ...errors import StoredValueError
-from ...sessions.raw_log.ids import record_id
-from ...sessions.raw_log.models import TIMING_FIELDS, USAGE_FIELDS
-from ...sessions.raw_log.records import stored_object
+from ...sessions.raw_log.reads import view_fields
+from ...sessions.raw_log.records import record_fields
 from .codec import decode_compacted, decode_envelopes, message_from_entries
 
 __all__ = ["records_from_rows", "snapshot_from_row", "summary_from_row", "view_from"]
 
-_MEASURED = (*TIMING_FIELDS, *USAGE_FIELDS)  # the columns between tags_json and created_at
+_SUMMARY_FIELDS = tuple(SessionSummary.model_fields)
 # RECORD_COLUMNS: session_id, sequence, request_id, run_id, message_id, entry, envelope, ...
 _ENVELOPE = 6
 
 
 def summary_from_row(row: Any) -> SessionSummary:
-    return SessionSummary(
-        session_id=row.session_id,
-        parent_session_id=row.parent_session_id,
-        session_type=row.session_type,
-        title=row.title,
-        agent_name=row.agent_name,
-        message_count=row.message_count,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    """zett's summary: each of its fields is the ``SUMMARY_COLUMNS`` column of that name."""
+    return SessionSummary(**{name: getattr(row, name) for name in _SUMMARY_FIELDS})
 
 
 def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
@@ -81,24 +72,9 @@ def _messages(rows: Sequence[Any]) -> list[Any]:
 
 
 def _record(row: Any, message: Any) -> RawMessageRecord:
-    session_id, sequence, request_id, _run, message_id, _entry, _env, meta, tags = row[:9]
-    created, updated = row[-2:]
-    values = dict(zip(_MEASURED, row[9:-2], strict=True))
-    if values["started_at"] is None:
-        # A row lovia's own append wrote has no timing: it reads as instantaneous.
-        values.update(started_at=created, completed_at=created, duration_ns=0)
-    return RawMessageRecord(
-        id=message_id or record_id(session_id, sequence),
-        session_id=session_id,
-        request_id=request_id,
-        sequence=sequence,
-        message=message,
-        metadata=stored_object(meta, "metadata", "metadata_json", session_id, sequence),
-        tags=_tags(stored_object(tags, "tags", "tags_json", session_id, sequence), row),
-        created_at=created,
-        updated_at=updated or created,
-        **values,
-    )
+    values = record_fields(row)
+    values["tags"] = _tags(values["tags"], row)
+    return RawMessageRecord(message=message, **values)
 
 
 def _tags(tags: dict[str, Any], row: Any) -> dict[str, Any]:
@@ -136,13 +112,5 @@ def view_from(found: tuple[Any, Any, Sequence[Any]] | None) -> SessionView:
     """zett's ``SessionView`` of what ``fetch_view`` read; an unknown session's is empty."""
     if found is None:
         return SessionView(session_type=0)
-    head, latest, tail = found
     # Built without re-validating: every part was just built (and validated) here.
-    return SessionView.model_construct(
-        parent_session_id=head.parent_session_id,
-        session_type=head.session_type,
-        title=head.title,
-        agent_name=head.agent_name,
-        snapshot=None if latest is None else snapshot_from_row(latest),
-        raw_tail=records_from_rows(tail),
-    )
+    return SessionView.model_construct(**view_fields(found, snapshot_from_row, records_from_rows))

@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from sqlalchemy import BigInteger, Connection, bindparam, select, update
+from sqlalchemy import Connection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.extensions.events import MessageTiming
 from zett_agent.extensions.persistence import (
@@ -30,33 +30,24 @@ from zett_agent.messages import AnyMessage, AssistantMessage
 from zett_agent.model import ModelUsage
 from zett_agent.sync_runtime import SyncMethodsMixin
 
-from ...db.database import as_database
-from ...db.dialect import insert_ignore
-from ...db.store import StoreTarget
-from ...db.tables import sessions
-from ...db.types import utcnow
+from ...db.store import SQLStore, StoreTarget
 from ...entries import Usage
 from ...errors import UserError
 from ...sessions.raw_log import models as core
+from ...sessions.raw_log import session_rows
 from ...sessions.raw_log.appends import PendingMessage
-from ...sessions.raw_log.reads import fetch_view, read_page
-from ...sessions.raw_log.records import SUMMARY_COLUMNS
+from ...sessions.raw_log.reads import read_page, read_view
 from ...sessions.raw_log.rules import check_durations, session_row_values
 from ...sessions.raw_log.snapshots import write_snapshot
 from ...sessions.raw_log.storage import default_path
-from ...sessions.rewind import delete_session_rows
 from ...validation import check_id, check_integer
 from . import codec, rules
 from .records import records_from_rows, summary_from_row, view_from
 
 __all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
 
-s = sessions.c
-_SUMMARY = select(*SUMMARY_COLUMNS).where(s.session_id == bindparam("sid"))
-_MESSAGE_COUNT = select(s.message_count).where(s.session_id == bindparam("sid"))
 
-
-class SQLSessionStorage(SyncMethodsMixin):
+class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     """zett-agent's session storage on any database lovia-store runs on.
 
     ``target`` is a URL (``postgresql://…``, ``mysql+asyncmy://…``,
@@ -74,9 +65,7 @@ class SQLSessionStorage(SyncMethodsMixin):
     """
 
     def __init__(self, target: StoreTarget | None = None) -> None:
-        self.database, self._owns_database = as_database(
-            default_path() if target is None else target
-        )
+        super().__init__(default_path() if target is None else target)
         self.dialect = self.database.dialect
         self.url = self.database.url
         self.path: Path | None = self.database.sqlite_path
@@ -84,20 +73,6 @@ class SQLSessionStorage(SyncMethodsMixin):
     @property
     def engine(self) -> Any:
         return self.database.engine
-
-    async def close(self) -> None:
-        """Release the connections (only a ``Database`` this storage opened itself)."""
-        if self._owns_database:
-            await self.database.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database.url!r})"
 
     # -- sessions ------------------------------------------------------------
 
@@ -119,14 +94,7 @@ class SQLSessionStorage(SyncMethodsMixin):
             rules.check_session_type(session_type),
         )
 
-        def work(conn: Connection) -> datetime:
-            now = utcnow()
-            row = {"session_id": sid, **values, "created_at": now, "updated_at": now}
-            if not insert_ignore(conn, sessions, row):
-                raise UserError(f"Session already exists: {sid}")
-            return now
-
-        now = await self.database.write(work)
+        now = await session_rows.create(self.database, sid, values, _exists)
         return SessionSummary(
             session_id=sid, message_count=0, **values, created_at=now, updated_at=now
         )
@@ -135,8 +103,8 @@ class SQLSessionStorage(SyncMethodsMixin):
         """One session's storage metadata, without its messages; None if unknown."""
         check_id(session_id, "session_id")
 
-        rows = await self.database.read_one(_SUMMARY, {"sid": session_id})
-        return summary_from_row(rows[0]) if rows else None
+        row = await session_rows.summary(self.database, session_id)
+        return None if row is None else summary_from_row(row)
 
     async def update_session(
         self, session_id: str, *, title: str | None = None, agent_name: str | None = None
@@ -154,27 +122,13 @@ class SQLSessionStorage(SyncMethodsMixin):
             if value is not None
         }
 
-        def work(conn: Connection) -> Any:
-            changed = conn.execute(
-                update(sessions)
-                .where(s.session_id == session_id)
-                .values(**changes, updated_at=utcnow())
-            )
-            if not changed.rowcount:
-                return None
-            return conn.execute(_SUMMARY, {"sid": session_id}).one()
-
-        row = await self.database.write(work)
+        row = await session_rows.update_display(self.database, session_id, changes)
         return None if row is None else summary_from_row(row)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its raw messages and its snapshots; True when it existed."""
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> bool:
-            return delete_session_rows(conn, session_id)
-
-        return await self.database.write(work)
+        return await session_rows.delete(self.database, session_id)
 
     async def list_sessions(
         self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
@@ -182,26 +136,13 @@ class SQLSessionStorage(SyncMethodsMixin):
         """One page of sessions, latest activity first (ties: higher id first)."""
         limit, offset = rules.check_page(limit, offset)
         codes = rules.check_session_types(session_types)
-
-        def work(conn: Connection) -> Sequence[Any]:
-            query = select(*SUMMARY_COLUMNS)
-            if codes is not None:
-                query = query.where(s.session_type.in_(codes))
-            query = query.order_by(s.updated_at.desc(), s.session_id.desc())
-            # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
-            query = query.limit(bindparam("limit", limit, type_=BigInteger)).offset(
-                bindparam("offset", offset, type_=BigInteger)
-            )
-            return conn.execute(query).all()
-
-        return [summary_from_row(row) for row in await self.database.read(work)]
+        rows = await session_rows.page(self.database, codes, limit, offset)
+        return [summary_from_row(row) for row in rows]
 
     async def count_messages(self, session_id: str) -> int:
         """How many raw messages the session holds (0 if unknown), from its session row."""
         check_id(session_id, "session_id")
-
-        rows = await self.database.read_one(_MESSAGE_COUNT, {"sid": session_id})
-        return int(rows[0][0]) if rows else 0
+        return await session_rows.message_count(self.database, session_id)
 
     # -- the Raw Log ----------------------------------------------------------
 
@@ -232,11 +173,7 @@ class SQLSessionStorage(SyncMethodsMixin):
     async def load(self, session_id: str) -> SessionView:
         """The latest snapshot and the raw messages after its boundary; empty if unknown."""
         check_id(session_id, "session_id")
-
-        def work(conn: Connection) -> Any:
-            return fetch_view(conn, session_id)
-
-        return view_from(await self.database.read(work))
+        return view_from(await read_view(self.database, session_id))
 
     async def append(
         self,
@@ -333,6 +270,10 @@ class SQLiteSessionStorage(SQLSessionStorage):
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(Path(default_path() if path is None else path).expanduser())
+
+
+def _exists(sid: str) -> Exception:
+    return UserError(f"Session already exists: {sid}")
 
 
 def _timing(timing: MessageTiming | None) -> core.MessageTiming:

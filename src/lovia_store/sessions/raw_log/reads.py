@@ -14,7 +14,7 @@ density check rides in the page's own statement.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Executable, bindparam, case, func, select
@@ -33,6 +33,8 @@ __all__ = [
     "page_in_one_statement",
     "page_query",
     "read_page",
+    "read_view",
+    "view_fields",
     "view_from",
 ]
 
@@ -224,16 +226,35 @@ def fetch_view(conn: Connection, session_id: str) -> Found | None:
     return head, latest, tail.all()
 
 
+async def read_view(database: Database, session_id: str) -> Found | None:
+    """``fetch_view`` in one read transaction."""
+
+    def work(conn: Connection) -> Found | None:
+        return fetch_view(conn, session_id)
+
+    return await database.read(work)
+
+
+def view_fields(
+    found: Found,
+    snapshot: Callable[[Any], Any],
+    records: Callable[[Sequence[Any]], list[Any]],
+) -> dict[str, Any]:
+    """The fields of a session view (ours or a framework's) from what ``fetch_view``
+    read; ``snapshot`` and ``records`` build that view's snapshot and tail."""
+    head, latest, tail = found
+    return {
+        "parent_session_id": head.parent_session_id,
+        "session_type": head.session_type,
+        "title": head.title,
+        "agent_name": head.agent_name,
+        "snapshot": None if latest is None else snapshot(latest),
+        "raw_tail": records(tail),
+    }
+
+
 def view_from(found: Found | None) -> SessionView:
     """The ``SessionView`` of what ``fetch_view`` read; an unknown session's is empty."""
     if found is None:
         return SessionView()
-    head, latest, tail = found
-    return SessionView(
-        parent_session_id=head.parent_session_id,
-        session_type=head.session_type,
-        title=head.title,
-        agent_name=head.agent_name,
-        snapshot=None if latest is None else snapshot_from_row(latest),
-        raw_tail=records_from_rows(tail),
-    )
+    return SessionView(**view_fields(found, snapshot_from_row, records_from_rows))

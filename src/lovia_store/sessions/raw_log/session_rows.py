@@ -1,0 +1,111 @@
+"""The Raw Log API's statements on ``lovia_sessions``, one implementation for both storages.
+
+``SQLSessionStorage`` (here) and zett-agent's storage (``integrations/zett``)
+check their arguments in their own words and build their own read models;
+what lies between is this module's: which session rows are created, read,
+changed, listed, counted and deleted, with which statements, in how many
+transactions. Arguments come in checked; summary rows go out in
+``SUMMARY_COLUMNS`` order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, bindparam, select, update
+
+from ...db.database import Database
+from ...db.dialect import insert_ignore
+from ...db.tables import sessions
+from ...db.types import utcnow
+from ..rewind import delete_session_rows
+from .records import SUMMARY_COLUMNS
+
+__all__ = ["create", "delete", "message_count", "page", "summary", "update_display"]
+
+s = sessions.c
+_SUMMARY = select(*SUMMARY_COLUMNS).where(s.session_id == bindparam("sid"))
+_MESSAGE_COUNT = select(s.message_count).where(s.session_id == bindparam("sid"))
+
+
+async def create(
+    database: Database,
+    session_id: str,
+    values: Mapping[str, Any],
+    exists: Callable[[str], Exception],
+) -> datetime:
+    """Insert an empty session with the display ``values``; returns its creation time.
+
+    A session that exists already raises ``exists(session_id)`` and is left as it was.
+    """
+
+    def work(conn: Connection) -> datetime:
+        now = utcnow()
+        row = {"session_id": session_id, **values, "created_at": now, "updated_at": now}
+        if not insert_ignore(conn, sessions, row):
+            raise exists(session_id)
+        return now
+
+    return await database.write(work)
+
+
+async def summary(database: Database, session_id: str) -> Any | None:
+    """The session's summary row, or None; one statement (a snapshot by itself)."""
+    rows = await database.read_one(_SUMMARY, {"sid": session_id})
+    return rows[0] if rows else None
+
+
+async def update_display(
+    database: Database, session_id: str, changes: Mapping[str, Any]
+) -> Any | None:
+    """Set the display columns in ``changes`` (and ``updated_at``); the new summary row,
+    or None when there is no such session."""
+
+    def work(conn: Connection) -> Any:
+        changed = conn.execute(
+            update(sessions)
+            .where(s.session_id == session_id)
+            .values(**changes, updated_at=utcnow())
+        )
+        if not changed.rowcount:
+            return None
+        return conn.execute(_SUMMARY, {"sid": session_id}).one()
+
+    return await database.write(work)
+
+
+async def delete(database: Database, session_id: str) -> bool:
+    """Delete the session, its raw messages and snapshots; True when it existed."""
+
+    def work(conn: Connection) -> bool:
+        return delete_session_rows(conn, session_id)
+
+    return await database.write(work)
+
+
+async def page(
+    database: Database, codes: tuple[int, ...] | None, limit: int, offset: int
+) -> Sequence[Any]:
+    """One page of summary rows, latest activity first (ties: higher id first);
+    ``codes`` keeps only those session types (None: all)."""
+
+    def work(conn: Connection) -> Sequence[Any]:
+        query = select(*SUMMARY_COLUMNS)
+        if codes is not None:
+            query = query.where(s.session_type.in_(codes))
+        query = query.order_by(s.updated_at.desc(), s.session_id.desc())
+        # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
+        query = query.limit(bindparam("limit", limit, type_=BigInteger)).offset(
+            bindparam("offset", offset, type_=BigInteger)
+        )
+        return conn.execute(query).all()
+
+    return await database.read(work)
+
+
+async def message_count(database: Database, session_id: str) -> int:
+    """How many raw messages the session holds (0 if unknown), from its session row."""
+    rows = await database.read_one(_MESSAGE_COUNT, {"sid": session_id})
+    return int(rows[0][0]) if rows else 0
