@@ -133,7 +133,7 @@ async def populate(target: str, *, sessions: int = 3, runs: int = 2) -> None:
                     f"lovia-{s}", lovia_entries(r), run_id=f"lovia-{s}-run-{r}", meta={"n": r}
                 )
         await lovia.trim_tool_results("lovia-0", keep_chars=10, keep_runs=1)
-        await lovia.fork("lovia-1", "lovia-1-fork", keep_entries=5)
+        await lovia.fork(f"lovia-{sessions - 1}", "lovia-fork", keep_entries=5)
         storage = SQLSessionStorage(db)
         start = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
         for s in range(sessions):

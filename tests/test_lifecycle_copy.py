@@ -1,0 +1,227 @@
+"""``copy_database`` between backends: every public read equal, verified, resumable, refusing.
+
+Pairs: SQLite -> PostgreSQL, PostgreSQL -> MariaDB, MariaDB -> SQLite. The source
+holds every kind of row (tests/lifecycle_support.py) and a run interrupted mid-tool,
+which then resumes on the destination with our Runner. A copy killed with SIGKILL
+mid-way is finished by running it again; the legacy lovia and zett-agent files are
+copied into PostgreSQL and MariaDB with every session equal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import fresh_server_database
+from lifecycle_support import (
+    IN_FLIGHT,
+    IN_FLIGHT_SESSION,
+    lovia_entries,
+    populate,
+    public_reads,
+    resume_run,
+)
+
+from lovia_store import (
+    AssistantTextEntry,
+    Database,
+    InputEntry,
+    SQLSession,
+    SQLSessionStorage,
+    upgrade,
+)
+from lovia_store.cli.app import main
+from lovia_store.lifecycle import DestinationConflictError, copy_database
+
+HERE = Path(__file__).resolve().parent
+
+
+@contextlib.asynccontextmanager
+async def database(kind: str, tmp_path: Path, name: str) -> AsyncIterator[str]:
+    """A fresh database of ``kind`` (sqlite, postgres, mariadb): its URL."""
+    if kind == "sqlite":
+        yield str(tmp_path / f"{name}.sqlite3")
+        return
+    async with fresh_server_database(kind) as url:
+        yield url
+
+
+PAIRS = [
+    pytest.param("sqlite", "postgres", id="sqlite-postgres", marks=pytest.mark.postgres),
+    pytest.param(
+        "postgres",
+        "mariadb",
+        id="postgres-mariadb",
+        marks=[pytest.mark.postgres, pytest.mark.mysql],
+    ),
+    pytest.param("mariadb", "sqlite", id="mariadb-sqlite", marks=pytest.mark.mysql),
+]
+
+
+async def message_counts(url: str) -> dict[str, int]:
+    """Raw Log length per session, read through the public API (not the copy's reader)."""
+    async with SQLSessionStorage(url) as storage:
+        return {
+            s.session_id: len(await storage.list_raw_messages(s.session_id))
+            for s in await storage.list_sessions(limit=10_000)
+        }
+
+
+@pytest.mark.parametrize(("source_kind", "destination_kind"), PAIRS)
+async def test_copy_makes_every_public_read_equal_and_the_run_in_flight_resumes(
+    source_kind: str, destination_kind: str, tmp_path: Path
+) -> None:
+    async with (
+        database(source_kind, tmp_path, "src") as src,
+        database(destination_kind, tmp_path, "dst") as dst,
+    ):
+        await populate(src)
+        reports: list[tuple[str, int, int | None]] = []
+        report = await copy_database(src, dst, progress=lambda *a: reports.append(a))
+        assert report.ok, report.differing
+        before = await public_reads(src)
+        assert await public_reads(dst) == before
+        # The verification's counts agree with an independent, public reading of both sides.
+        counts = await message_counts(src)
+        assert counts == await message_counts(dst)
+        assert {
+            c.session_id: c.destination.counts["message"] for c in report.sessions if c.destination
+        } == counts
+        assert report.inserted["message"] == sum(counts.values())
+        assert ("sessions", len(counts), len(counts)) in reports
+        # Copying again changes nothing.
+        again = await copy_database(src, dst)
+        assert again.ok and sum(again.inserted.values()) == 0
+        assert again.unchanged == report.inserted
+        # The run interrupted on the source resumes on the destination: the tool that
+        # had finished is not run again, the run completes into its session.
+        assert before[IN_FLIGHT]["load"].status == "interrupted"
+        async with Database(dst) as db:
+            result, calls = await resume_run(db, IN_FLIGHT, IN_FLIGHT_SESSION)
+        assert (result.final_output, calls) == ("all done", ["t2"])
+        async with SQLSession(dst) as session:
+            segments = await session.segments(IN_FLIGHT_SESSION)
+        assert [s.run_id for s in segments] == [IN_FLIGHT]
+        assert await public_reads(src) == before  # the source untouched
+
+
+@pytest.mark.postgres
+async def test_a_destination_holding_other_data_is_refused_unchanged(tmp_path: Path) -> None:
+    src = str(tmp_path / "src.sqlite3")
+    await populate(src, sessions=1, runs=1)
+    async with fresh_server_database("postgres") as dst:
+        async with SQLSession(dst) as session:  # a session the source does not have
+            await session.append("someone-else", lovia_entries(0), run_id="x")
+        before = await public_reads(dst)
+        with pytest.raises(DestinationConflictError, match="someone-else") as caught:
+            await copy_database(src, dst)
+        assert caught.value.kind == "session" and caught.value.line is None
+        assert await public_reads(dst) == before
+    async with fresh_server_database("postgres") as dst:
+        await copy_database(src, dst)
+        async with SQLSession(src) as session:  # the source moves on: the copies now differ
+            await session.append("lovia-0", lovia_entries(9), run_id="later")
+        before = await public_reads(dst)
+        with pytest.raises(DestinationConflictError, match="last_sequence"):
+            await copy_database(src, dst)
+        assert await public_reads(dst) == before
+
+
+async def test_the_cli_prints_the_verification_and_refuses_a_conflict_with_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = str(tmp_path / "src.sqlite3"), str(tmp_path / "dst.sqlite3")
+    await populate(src, sessions=1, runs=1)
+    code = await asyncio.to_thread(main, ["copy", src, dst])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ok      lovia-0  5 message 1 segment 0 snapshot" in out
+    assert "every session equal on both sides" in out
+    async with SQLSession(dst) as session:
+        await session.append("only-here", lovia_entries(0), run_id="x")
+    code = await asyncio.to_thread(main, ["copy", src, dst, "--json"])
+    document = capsys.readouterr().out
+    assert code == 5 and '"error": "DestinationConflictError"' in document
+
+
+# -- a copy killed mid-way ------------------------------------------------------------------
+
+
+CHILD = """
+import asyncio, os, signal, sys
+from lovia_store.lifecycle import copy_database
+
+def report(task, done, total):
+    if task == "messages" and done >= int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(copy_database(sys.argv[1], sys.argv[2], progress=report))
+"""
+
+
+async def populate_many(target: str, sessions: int, runs: int, entries: int) -> None:
+    """``sessions * runs * entries`` messages, in few transactions."""
+    async with Database(target, synchronous="normal") as db:
+        session = SQLSession(db)
+        for s in range(sessions):
+            for r in range(runs):
+                batch = [
+                    AssistantTextEntry(content=f"s{s} r{r} e{e} " + "x" * 200)
+                    if e % 2
+                    else InputEntry(role="user", content=f"q{e}")
+                    for e in range(entries)
+                ]
+                await session.append(f"s-{s:03d}", batch, run_id=f"r-{s}-{r}")
+
+
+@pytest.mark.postgres
+async def test_a_copy_killed_mid_way_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    src = str(tmp_path / "src.sqlite3")
+    await populate_many(src, sessions=30, runs=4, entries=50)  # 6,000 messages, 3+ units
+    async with fresh_server_database("postgres") as dst:
+        child = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", CHILD, src, dst, "4500"],
+            capture_output=True,
+            timeout=120,
+        )
+        assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+        partial = await message_counts(dst)
+        assert 0 < sum(partial.values()) < 6000  # really mid-way
+        report = await copy_database(src, dst)
+        assert report.ok
+        assert report.inserted["message"] + report.unchanged["message"] == 6000
+        assert report.unchanged["message"] == sum(partial.values())
+        assert await public_reads(dst) == await public_reads(src)
+
+
+# -- the legacy files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "destination_kind",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mysql),
+    ],
+)
+@pytest.mark.parametrize("fixture", ["lovia-0.9.119.sqlite3", "zett-0.2.1.sqlite3"])
+async def test_legacy_files_copy_into_servers_with_every_session_equal(
+    fixture: str, destination_kind: str, legacy_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    path = legacy_copy(fixture)
+    await upgrade(path, legacy_backup=False)  # a source is read as it is: converted first
+    async with fresh_server_database(destination_kind) as dst:
+        report = await copy_database(str(path), dst)
+        assert report.ok and len(report.sessions) >= 2
+        reads: dict[str, Any] = await public_reads(str(path))
+        assert await public_reads(dst) == reads
+        assert sum(report.inserted.values()) > 0
