@@ -233,6 +233,14 @@ def test_the_command_line_creates_owner_only_files(tmp_path: Path, umask_value: 
     assert mode(tmp_path / "new" / "chat.sqlite3") == 0o600
 
 
+def test_the_demo_creates_an_owner_only_file(tmp_path: Path) -> None:
+    """``lovia-store demo FILE``: its worker processes (one killed) share the new file."""
+    done = _in_a_process(0o022, str(SCRIPT), "demo", "kept.sqlite3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "worker exit status: -9" in done.stdout
+    assert mode(tmp_path / "kept.sqlite3") == 0o600
+
+
 _CREATOR = """
 import asyncio, sys, time
 from lovia_store import SQLiteSession

@@ -6,7 +6,8 @@ the whole file is copied beside it (or into a folder the caller names) with
 SQLite's backup API, while the migration's write transaction holds the file's
 write lock: the copy is exactly what is about to be converted. The copy is
 written under a ``.partial`` name, flushed to disk and only then renamed, so a
-copy under its final name is always whole.
+copy under its final name is always whole. It is owner-only (0600), whatever the
+original's mode: it holds the same conversations.
 """
 
 from __future__ import annotations
