@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import fresh_server_database
 from lifecycle_support import (
     IN_FLIGHT,
@@ -29,7 +29,6 @@ from lifecycle_support import (
     public_reads,
     resume_run,
 )
-
 from lovia_store import (
     AssistantTextEntry,
     Database,

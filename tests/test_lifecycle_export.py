@@ -1,0 +1,270 @@
+"""Export and import: the file round-trips exactly on every SQL backend, importing is
+idempotent, and a bad line or a conflicting destination is refused, naming the line,
+with the database unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Backend
+from lifecycle_support import lovia_entries, populate, public_reads
+from lovia_store import SQLSession, UserError
+from lovia_store.cli.app import main
+from lovia_store.lifecycle import (
+    DestinationConflictError,
+    ExportFormatError,
+    export,
+    import_file,
+    read_file,
+)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A populated SQLite database and its export (plain JSON lines)."""
+    folder = tmp_path_factory.mktemp("exported")
+    source = str(folder / "source.sqlite3")
+    path = folder / "all.jsonl"
+
+    async def make() -> None:
+        await populate(source)
+        await export(source, path)
+
+    asyncio.run(make())
+    return source, path
+
+
+def data_lines(path: Path) -> list[str]:
+    """The file's lines without the header (whose export time differs)."""
+    opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as file:
+        return file.read().splitlines()[1:]
+
+
+async def test_a_file_imported_and_exported_again_is_the_same_on_every_backend(
+    sql_backend: Backend, exported: tuple[str, Path], tmp_path: Path
+) -> None:
+    source, path = exported
+    assert sql_backend.target is not None
+    report = await import_file(sql_backend.target, path)
+    assert report.changed and sum(report.unchanged.values()) == 0
+    assert await public_reads(sql_backend.target) == await public_reads(source)
+    again = tmp_path / "again.jsonl.gz"
+    await export(sql_backend.target, again)
+    assert data_lines(again) == data_lines(path)  # every column, every value, exactly
+    # Importing twice changes nothing.
+    second = await import_file(sql_backend.target, again)
+    assert not second.changed and second.unchanged == report.inserted
+
+
+async def test_the_file_format_is_readable_json_lines(exported: tuple[str, Path]) -> None:
+    _, path = exported
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    header, end = lines[0], lines[-1]
+    assert header["record"] == "header" and header["format"] == "lovia-store-export"
+    assert header["version"] == 1 and header["schema_revision"]
+    kinds = [line["record"] for line in lines[1:-1]]
+    assert end == {"record": "end", "counts": {k: kinds.count(k) for k in end["counts"]}}
+    assert set(kinds) == {
+        "session",
+        "message",
+        "segment",
+        "snapshot",
+        "run",
+        "run_entry",
+        "tool_effect",
+        "run_lease",
+    }
+    message = next(line for line in lines if line["record"] == "message")
+    assert message["created_at"].endswith("+00:00") and "." in message["created_at"]
+    json.loads(message["entry_json"])  # the stored document, exactly, as a string
+    records = list(read_file(path))
+    assert len(records) == len(lines) - 2 and records[0].line == 2
+
+
+async def test_one_session_exports_alone(exported: tuple[str, Path], tmp_path: Path) -> None:
+    source, _ = exported
+    path = tmp_path / "one.jsonl"
+    report = await export(source, path, session_ids=["zett-1"])
+    assert report.counts == {"session": 1, "message": 4, "snapshot": 1}
+    target = str(tmp_path / "one.sqlite3")
+    await import_file(target, path)
+    reads = await public_reads(target)
+    assert [s.session_id for s in reads["list_sessions"]] == ["zett-1"]
+    assert reads["zett-1"] == (await public_reads(source))["zett-1"]
+    with pytest.raises(UserError, match="no session 'nobody'"):
+        await export(source, tmp_path / "none.jsonl", session_ids=["nobody"])
+
+
+def mutate(lines: list[str], index: int, change: Callable[[dict[str, Any]], Any]) -> list[str]:
+    document = json.loads(lines[index])
+    result = change(document)
+    lines = list(lines)
+    lines[index] = result if isinstance(result, str) else json.dumps(document)
+    return lines
+
+
+def first(lines: list[str], record: str) -> int:
+    return next(i for i, line in enumerate(lines) if json.loads(line)["record"] == record)
+
+
+BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
+    "not json": (lambda ls: mutate(ls, 3, lambda d: "{not json"), "not a JSON document"),
+    "not an object": (lambda ls: mutate(ls, 3, lambda d: "[1, 2]"), "a JSON object"),
+    "unknown record": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(record="mystery")),
+        "unknown record type 'mystery'",
+    ),
+    "unknown column": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(colour="red")),
+        "no column 'colour'",
+    ),
+    "wrong type": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(sequence="1")),
+        "message.sequence is an integer",
+    ),
+    "naive time": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(created_at="2026-01-01T00:00:00")),
+        "no UTC offset",
+    ),
+    "missing key": (lambda ls: mutate(ls, 3, lambda d: d.pop("sequence")), "needs 'sequence'"),
+    "null required": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(request_id=None)),
+        "cannot be null",
+    ),
+    "bad stored json": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(entry_json="{broken")),
+        "entry_json is not a JSON document",
+    ),
+    "too long": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(entry_type="x" * 33)),
+        "longer than 32",
+    ),
+    "out of range": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(sequence=2**63)),
+        "out of range",
+    ),
+    "orphan child": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(session_id="elsewhere")),
+        "must follow that session",
+    ),
+    "newer format": (lambda ls: mutate(ls, 0, lambda d: d.update(version=99)), "format version"),
+    "unknown revision": (
+        lambda ls: mutate(ls, 0, lambda d: d.update(schema_revision="9999")),
+        "unknown to this lovia-store",
+    ),
+    "no header": (lambda ls: ls[1:], "no header"),
+    "truncated": (lambda ls: ls[:-1], "ends before its end record"),
+    "wrong count": (
+        lambda ls: mutate(ls, len(ls) - 1, lambda d: d["counts"].update(message=1)),
+        "the end record counts 1 message",
+    ),
+}
+
+
+def bad_line(lines: list[str], changed: list[str]) -> int:
+    """The 1-based line the error must name: the first that differs (or the line after)."""
+    for i, (a, b) in enumerate(zip(lines, changed, strict=False)):
+        if a != b:
+            return i + 1
+    return len(changed) + 1
+
+
+@pytest.mark.parametrize("case", list(BAD))
+async def test_a_bad_line_is_refused_naming_it_and_nothing_is_written(
+    case: str, exported: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, path = exported
+    lines = path.read_text().splitlines()
+    damage, message = BAD[case]
+    changed = damage(lines)
+    expected = 1 if case == "no header" else bad_line(lines, changed)
+    if case == "truncated":
+        expected = len(changed) + 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(changed) + "\n")
+    target = str(tmp_path / "target.sqlite3")
+    async with SQLSession(target) as session:  # the destination holds a session already
+        await session.append("mine", lovia_entries(0), run_id="mine-1")
+    before = await public_reads(target)
+    with pytest.raises(ExportFormatError, match=message) as caught:
+        await import_file(target, bad)
+    assert caught.value.line == expected, str(caught.value)
+    assert str(caught.value).startswith(f"line {expected}: ")
+    assert await public_reads(target) == before
+
+
+async def test_a_damaged_gzip_file_is_refused(exported: tuple[str, Path], tmp_path: Path) -> None:
+    _, path = exported
+    packed = gzip.compress(path.read_bytes())
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(ExportFormatError, match=r"cannot be read|ends before"):
+        await import_file(str(tmp_path / "t.sqlite3"), bad)
+
+
+async def test_a_conflicting_record_is_refused_naming_its_line_before_any_write(
+    exported: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, path = exported
+    target = str(tmp_path / "target.sqlite3")
+    await import_file(target, path)
+    lines = path.read_text().splitlines()
+    index = max(i for i, line in enumerate(lines) if json.loads(line)["record"] == "message")
+    changed = mutate(lines, index, lambda d: d.update(entry_json='{"changed": true}'))
+    # A new session before it in the file must not be written either.
+    extra = [json.loads(lines[1])]
+    extra[0].update(session_id="brand-new")
+    changed.insert(1, json.dumps(extra[0]))
+    count = json.loads(changed[-1])
+    count["counts"]["session"] += 1
+    changed[-1] = json.dumps(count)
+    bad = tmp_path / "conflict.jsonl"
+    bad.write_text("\n".join(changed) + "\n")
+    before = await public_reads(target)
+    with pytest.raises(DestinationConflictError, match="entry_json differ") as caught:
+        await import_file(target, bad)
+    assert caught.value.line == index + 2 and caught.value.kind == "message"
+    assert await public_reads(target) == before
+
+
+async def test_import_reads_a_file_object_and_a_dry_run_writes_nothing(
+    exported: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, path = exported
+    target = str(tmp_path / "target.sqlite3")
+    data = io.BytesIO(gzip.compress(path.read_bytes()))
+    dry = await import_file(target, data, dry_run=True)
+    assert dry.inserted["message"] > 0
+    assert (await public_reads(target))["list_sessions"] == []
+    real = await import_file(target, data)
+    assert real.inserted == dry.inserted
+
+
+async def test_the_cli_exports_and_imports(
+    exported: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, _ = exported
+    path, target = tmp_path / "cli.jsonl.gz", str(tmp_path / "cli.sqlite3")
+    code = await asyncio.to_thread(main, ["export", source, "-o", str(path), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and document["records"]["session"] == 9
+    code = await asyncio.to_thread(main, ["import", str(path), target])
+    assert code == 0 and "inserted 9 session" in capsys.readouterr().out
+    code = await asyncio.to_thread(main, ["import", str(path), target, "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and sum(document["inserted"].values()) == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    code = await asyncio.to_thread(main, ["import", str(bad), target, "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and '"error": "ExportFormatError"' in captured.out
+    assert "line 1:" in captured.err
