@@ -23,10 +23,9 @@ from zett_agent.messages import AssistantMessage, ToolCall, ToolMessage, UserMes
 
 from conftest import Backend
 from helpers import a_run, call, result, say, user
-from lovia_store import Database, MessageTiming, SQLSession, Usage, UserError
+from lovia_store import Database, ForkOrigin, MessageTiming, SQLSession, Usage, UserError
 from lovia_store.db.tables import messages, session_runs, sessions, snapshots
 from lovia_store.integrations import lovia as lovia_integration
-from lovia_store.sessions.contract import ForkOrigin
 from lovia_store.sessions.raw_log.models import CompactedMessage
 from zett_support import KINDS, ScriptedModel, open_ours, our_target, weather
 

@@ -85,7 +85,7 @@ if TYPE_CHECKING:
         ToolContext,
         function_tool,
     )
-    from .sessions.contract import Segment, Session
+    from .sessions.contract import ForkOrigin, Segment, Session
     from .sessions.memory import InMemorySession
     from .sessions.raw_log import (
         CompactedMessage,
@@ -116,7 +116,7 @@ _LAZY: dict[str, str] = {
         "entry_from_dict entry_to_dict",
         ".runs": "Agent CheckpointOptions EffectMode MaxTurnsExceeded Model ModelTurn Runner "
         "RunResult ScriptedModel Tool ToolContext function_tool",
-        ".sessions.contract": "Segment Session",
+        ".sessions.contract": "ForkOrigin Segment Session",
         ".sessions.memory": "InMemorySession",
         ".sessions.raw_log": "CompactedMessage ContextSnapshot MessageTiming RawMessageRecord "
         "SessionSummary SessionView SQLiteSessionStorage SQLSessionStorage SyncRuntime "
@@ -158,6 +158,7 @@ __all__ = [
     "EffectLog",
     "EffectMode",
     "FilePart",
+    "ForkOrigin",
     "ImagePart",
     "InMemoryCheckpointer",
     "InMemorySession",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lovia_store import ForkOrigin, Segment
 from lovia_store.entries import TranscriptEntry
 from lovia_store.errors import UserError
-from lovia_store.sessions.contract import ForkOrigin, Segment
 
 from ._cases import a_run, call, opened, raises, result, say, user
 from .sessions import MakeSession, session_case
