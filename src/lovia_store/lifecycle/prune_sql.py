@@ -268,7 +268,8 @@ def _reclaim(path: str, full: bool, timeout: float) -> str | None:
             conn.execute("VACUUM")
             return "full"
         if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # INCREMENTAL
-            conn.execute("PRAGMA incremental_vacuum").fetchall()
+            # executescript steps the pragma to its end: execute() frees one page only.
+            conn.executescript("PRAGMA incremental_vacuum;")
             return "incremental"
         return None
     finally:
