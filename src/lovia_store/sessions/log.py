@@ -155,6 +155,12 @@ _MESSAGE_COLUMNS = (
     *("sequence", "entry_type", "call_id", "entry_json"),
 )
 _INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
+# One Raw Log message: every column but ``updated_at`` (set by later edits only).
+_INSERT_MESSAGE = Prepared(
+    messages.insert().values(
+        {c.name: bindparam(c.name) for c in messages.columns if c.name != "updated_at"}
+    )
+)
 _RUN_COLUMNS = (
     *("session_id", "run_id", "position", "first_sequence"),
     *("entry_count", "meta_json", "created_at"),
@@ -313,6 +319,5 @@ def append_message(
     """
     now = utcnow()
     bumped = bump_session(conn, session_id, messages=1, runs=0, now=now, create=create)
-    values = {**row, "sequence": bumped.last_sequence, "created_at": now}
-    conn.execute(messages.insert().values(**values))
+    _INSERT_MESSAGE.execute(conn, {**row, "sequence": bumped.last_sequence, "created_at": now})
     return bumped

@@ -14,6 +14,9 @@ SELECT lovia_sessions.last_sequence, lovia_sessions.run_count, lovia_sessions.pa
 FROM lovia_sessions
 WHERE lovia_sessions.session_id = :sid;
 
+-- lovia_store.sessions.log:_INSERT_MESSAGE (prepared)
+INSERT INTO lovia_messages (session_id, sequence, request_id, run_id, entry_type, call_id, entry_json, envelope_json, metadata_json, tags_json, started_at, completed_at, duration_ns, reasoning_started_at, reasoning_completed_at, reasoning_duration_ns, content_started_at, content_completed_at, content_duration_ns, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, message_id, created_at) VALUES (:session_id, :sequence, :request_id, :run_id, :entry_type, :call_id, :entry_json, :envelope_json, :metadata_json, :tags_json, :started_at, :completed_at, :duration_ns, :reasoning_started_at, :reasoning_completed_at, :reasoning_duration_ns, :content_started_at, :content_completed_at, :content_duration_ns, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :reasoning_tokens, :message_id, :created_at);
+
 -- lovia_store.sessions.log:_INSERT_MESSAGES (prepared)
 INSERT INTO lovia_messages (session_id, sequence, request_id, run_id, entry_type, call_id, entry_json, created_at) VALUES (:session_id, :sequence, :request_id, :run_id, :entry_type, :call_id, :entry_json, :created_at);
 

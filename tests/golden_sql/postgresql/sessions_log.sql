@@ -21,6 +21,9 @@ FROM run;
 -- lovia_store.sessions.log:_BUMPED (prepared)
 -- not run on postgresql (runs where: not returning)
 
+-- lovia_store.sessions.log:_INSERT_MESSAGE (prepared)
+INSERT INTO lovia_messages (session_id, sequence, request_id, run_id, entry_type, call_id, entry_json, envelope_json, metadata_json, tags_json, started_at, completed_at, duration_ns, reasoning_started_at, reasoning_completed_at, reasoning_duration_ns, content_started_at, content_completed_at, content_duration_ns, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, message_id, created_at) VALUES (:session_id::VARCHAR, :sequence::BIGINT, :request_id::VARCHAR, :run_id::VARCHAR, :entry_type::VARCHAR, :call_id::VARCHAR, :entry_json::VARCHAR, :envelope_json::VARCHAR, :metadata_json::VARCHAR, :tags_json::VARCHAR, :started_at::TIMESTAMP WITH TIME ZONE, :completed_at::TIMESTAMP WITH TIME ZONE, :duration_ns::BIGINT, :reasoning_started_at::TIMESTAMP WITH TIME ZONE, :reasoning_completed_at::TIMESTAMP WITH TIME ZONE, :reasoning_duration_ns::BIGINT, :content_started_at::TIMESTAMP WITH TIME ZONE, :content_completed_at::TIMESTAMP WITH TIME ZONE, :content_duration_ns::BIGINT, :input_tokens::BIGINT, :output_tokens::BIGINT, :cache_read_tokens::BIGINT, :cache_write_tokens::BIGINT, :reasoning_tokens::BIGINT, :message_id::VARCHAR, :created_at::TIMESTAMP WITH TIME ZONE);
+
 -- lovia_store.sessions.log:_INSERT_MESSAGES (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
