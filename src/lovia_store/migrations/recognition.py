@@ -2,8 +2,9 @@
 
 Revisions 0001 (lovia 0.9) and 0002 (zett-agent) convert only what these rules
 recognise, so the rules belong to the revisions, not to live code that may
-change: the gate (``db/schema.py``, ``db/legacy_copy.py``) imports them from
-here to decide about a backup, and agrees with the revisions by construction.
+change: the gate (``db/schema.py``, through ``migrations/conversion.py``) imports
+them from here to decide about a backup, and agrees with the revisions by
+construction.
 Change them only together with a new revision.
 """
 

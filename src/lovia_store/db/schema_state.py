@@ -1,0 +1,201 @@
+"""The schema's state, read and judged: which revision a database is at, and what
+this version must refuse before writing anything to it.
+
+``read_state`` reads our version table (or, in a joined lineage, our rows in a
+host's ``alembic_version``), ``lovia_schema``'s per-store versions, and with no
+revision of ours the tables that only share our names. ``refuse_newer`` turns
+what a newer version wrote, or a host's table named as ours, into an error;
+``refuse_joined`` leaves a joined lineage to the host's Alembic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, select
+
+from ..errors import JoinedLineageError, SchemaConflictError, SchemaVersionError
+from .tables import VERSION_TABLE, metadata, schema_versions, sessions
+
+__all__ = [
+    "HOST_VERSION_TABLE",
+    "KNOWN_VERSIONS",
+    "LEGACY_VERSION",
+    "SchemaState",
+    "alembic_config",
+    "head_revision",
+    "known_revisions",
+    "placed_schema",
+    "read_state",
+    "refuse_joined",
+    "refuse_newer",
+    "scripts",
+]
+
+KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 3, "raw_log": 1}
+"""The newest ``lovia_schema`` version of each store that this code can read."""
+
+HOST_VERSION_TABLE = "alembic_version"
+"""Where a joined lineage records our revisions: the host's (Alembic's default) table."""
+
+LEGACY_VERSION = 0
+"""lovia 0.9's own layout; without our version table, anything newer is refused."""
+
+
+def alembic_config() -> Config:
+    """An Alembic config for the packaged scripts; no ini file needed."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(files("lovia_store") / "migrations"))
+    cfg.set_main_option("path_separator", "os")
+    return cfg
+
+
+@cache
+def scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    head = scripts().get_current_head()
+    assert head is not None
+    return head
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in scripts().walk_revisions())
+
+
+def placed_schema(conn: Connection) -> str | None:
+    """The schema our tables live in on this connection (``Database(schema=...)``)."""
+    translate = conn.get_execution_options().get("schema_translate_map") or {}
+    schema: str | None = translate.get(None)
+    return schema
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    revision: str | None
+    versions: dict[str, int] = field(default_factory=dict)
+    joined: bool = False
+    """Our tables without our version table: a host's Alembic ran our revisions."""
+    foreign: tuple[str, ...] = ()
+    """Tables with our names that are not ours (only looked for with no revision)."""
+
+
+_FIRST_TABLES = frozenset(
+    {
+        "lovia_schema",
+        "lovia_sessions",
+        "lovia_messages",
+        "lovia_session_runs",
+        "lovia_snapshots",
+        "lovia_run_heads",
+        "lovia_run_entries",
+    }
+)
+"""What revision 0001 creates, and so what a first migration that failed half-way on
+MySQL/MariaDB (where each DDL statement commits) may have left with no revision."""
+_LATER_COLUMNS = {"lovia_messages": frozenset({"updated_at"})}
+"""Columns of 0001's tables that later revisions add."""
+
+
+def _foreign_tables(
+    conn: Connection, schema: str | None, names: set[str], joined: bool
+) -> tuple[str, ...]:
+    """Tables named as ours, in a database with no revision of ours, that are not ours.
+
+    Ours there can only be what 0001 left (a MySQL/MariaDB first migration that
+    failed half-way): 0001's tables with 0001's columns, or in a joined lineage
+    any of ours with our columns. lovia 0.9's ``lovia_schema`` has ours too.
+    Anything else is a host's table, and taking it for ours would fail half-way.
+    """
+    inspector = inspect(conn)
+    foreign = []
+    for name in sorted(names & set(metadata.tables)):
+        if not joined and name not in _FIRST_TABLES:
+            foreign.append(name)
+            continue
+        head = {column.name for column in metadata.tables[name].columns}
+        first = head - _LATER_COLUMNS.get(name, frozenset())
+        columns = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        if not first <= columns <= head:
+            foreign.append(name)
+    return tuple(foreign)
+
+
+def _joined_revision(conn: Connection, schema: str | None, names: set[str]) -> str | None:
+    """Our revision as recorded in the host's ``alembic_version`` (a joined lineage).
+
+    Only rows that are revisions of ours count; the host's own sit beside them.
+    Two of ours at once (``"0001+0003"``, never current) means a host revision
+    id collides with one of ours.
+    """
+    if HOST_VERSION_TABLE not in names:
+        return None
+    opts = {"version_table": HOST_VERSION_TABLE, "version_table_schema": schema}
+    heads = MigrationContext.configure(conn, opts=opts).get_current_heads()
+    ours = sorted(set(heads) & known_revisions())
+    return "+".join(ours) or None
+
+
+def read_state(conn: Connection) -> SchemaState:
+    schema = placed_schema(conn)
+    names = set(inspect(conn).get_table_names(schema=schema))
+    revision = None
+    # Our tables are present but our version table is not: our revisions ran in a
+    # host's lineage. (Cheap: decided from the names already read; only then one
+    # more query.)
+    joined = VERSION_TABLE not in names and sessions.name in names
+    if VERSION_TABLE in names:
+        opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
+        revision = MigrationContext.configure(conn, opts=opts).get_current_revision()
+    elif joined:
+        revision = _joined_revision(conn, schema, names)
+    foreign = _foreign_tables(conn, schema, names, joined) if revision is None else ()
+    versions: dict[str, int] = {}
+    if schema_versions.name in names and schema_versions.name not in foreign:
+        rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
+        versions = {store: int(version) for store, version in rows}
+    return SchemaState(revision, versions, joined, foreign)
+
+
+def refuse_newer(state: SchemaState, database: str) -> None:
+    """Raise ``SchemaVersionError`` if a newer version wrote this database, and
+    ``SchemaConflictError`` if a table that is not ours has one of our names."""
+    if state.foreign:
+        raise SchemaConflictError(database=database, table=state.foreign[0])
+    for store, version in sorted(state.versions.items()):
+        if store not in KNOWN_VERSIONS:
+            # Another lovia store's row (its web UI keeps "chat" here): not ours
+            # to judge, and left as it is.
+            continue
+        ours = state.revision is not None or state.joined
+        known = KNOWN_VERSIONS.get(store, 0) if ours else LEGACY_VERSION
+        if version > known:
+            raise SchemaVersionError(store=store, found=version, known=known, database=database)
+    if state.joined:
+        return  # only ours are read from the host's table; refuse_joined judges them
+    if state.revision is not None and state.revision not in known_revisions():
+        raise SchemaVersionError(
+            store="lovia-store schema",
+            found=state.revision,
+            known=head_revision(),
+            database=database,
+        )
+
+
+def refuse_joined(state: SchemaState, database: str, target: str = "head") -> None:
+    """A joined lineage is the host's to migrate: refuse unless it is already current."""
+    if state.joined and (state.revision != head_revision() or target != "head"):
+        raise JoinedLineageError(
+            database=database,
+            found=state.revision,
+            expected=head_revision(),
+            version_table=HOST_VERSION_TABLE,
+        )
