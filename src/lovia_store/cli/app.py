@@ -31,6 +31,7 @@ from .options import URL_HELP
 from .output import Output, ReaderGone
 from .prune_command import prune_command
 from .schema_commands import check_command, upgrade_command
+from .stats_command import stats_command
 
 __all__ = ["EXIT_CODES", "cli", "exit_code", "main"]
 
@@ -122,6 +123,7 @@ for command in (
     import_command,
     copy_command,
     prune_command,
+    stats_command,
 ):
     cli.add_command(command)
 
