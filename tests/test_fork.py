@@ -267,3 +267,53 @@ async def test_lovia_s_session_forks_with_lovia_s_entries(sql_backend: Backend) 
         assert await session.load("s") == run + run
         with pytest.raises(UserError, match="already exists"):
             await session.fork("s", "f", keep_entries=1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_fork_cuts_inside_a_zett_message_as_a_rewind_does(
+    kind: str, tmp_path: Path
+) -> None:
+    """At every count: a zett message holding several entries may be cut inside, and a
+    fork holds what a rewind to the same count would, envelopes included."""
+    async with our_target(kind, tmp_path) as target:
+        zett = open_ours(target)
+        await zett.append("s", "r1", UserMessage(content="q"), metadata={"n": 1})
+        turn = AssistantMessage(
+            content="Two.",
+            reasoning="Both.",
+            tool_calls=(ToolCall("a", "f"), ToolCall("b", "g")),
+        )
+        await zett.append("s", "r1", turn)
+        await zett.append("s", "r1", ToolMessage(tool_call_id="a", name="f", content="A"))
+        await zett.append("s", "r1", ToolMessage(tool_call_id="b", name="g", content="B"))
+        await zett.snapshot("s", ZettCompacted(content="first two"), 2, 0)
+        await zett.append("s", "r2", UserMessage(content="more"))
+        await zett.append("s", "r2", AssistantMessage(content="Done."))
+        origin = await zett.list_raw_messages("s")
+        async with SQLSession(target) as session:
+            total = len(await session.load("s"))
+            assert total == 9  # one row stands for four entries
+            for keep in range(total + 1):
+                held = await session.fork("s", f"f{keep}", keep_entries=keep)
+                await session.fork("s", f"w{keep}", keep_entries=total)
+                await session.rewind(f"w{keep}", keep_entries=keep)
+                assert await session.segments(f"f{keep}") == await session.segments(f"w{keep}")
+                assert held == len(await session.load(f"w{keep}"))
+                forked = await zett.list_raw_messages(f"f{keep}")
+                rewound = await zett.list_raw_messages(f"w{keep}")
+                assert [r.sequence for r in forked] == list(range(1, len(forked) + 1))
+                assert [(r.message, r.metadata) for r in forked] == [
+                    (r.message, r.metadata) for r in rewound
+                ]
+                fork_view, rewind_view = await zett.load(f"f{keep}"), await zett.load(f"w{keep}")
+                assert (fork_view.snapshot is None) == (rewind_view.snapshot is None)
+                assert [r.message for r in fork_view.raw_tail] == [
+                    r.message for r in rewind_view.raw_tail
+                ]
+        assert await zett.list_raw_messages("s") == origin
+        await zett.close()
+        rows = await table_rows(target)
+        envelopes = {(row[0], row[1]): row[7] for row in rows["lovia_messages"]}
+        # The whole fork keeps every envelope; a row cut inside loses its own.
+        assert all(envelopes[(f"f{total}", r.sequence)] is not None for r in origin)
+        assert envelopes[("f4", 2)] is None and envelopes[("f4", 1)] is not None
