@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from conftest import Backend
 from helpers import a_run, call, result, user
-from lovia_store import Database, RunHead, SchemaNotCurrentError, UserError, upgrade
+from lovia_store import Database, RunHead, SchemaNotCurrentError, SQLSession, UserError, upgrade
 from lovia_store.cli import main
 from lovia_store.db.tables import messages
 from lovia_store.lifecycle.stats import database_stats
@@ -145,3 +145,19 @@ def test_the_command_s_exit_codes(tmp_path: Any, capsys: Capsys) -> None:
     assert document["sessions"] == 0 and document["largest_tool_outputs"] == []
     assert main(["stats", "--json", str(tmp_path / "nowhere" / "x.sqlite3")]) in (1, 2)
     assert json.loads(capsys.readouterr().out)["status"] in ("needs_upgrade", "usage")
+
+
+async def test_a_postgresql_schema_is_measured_on_its_own(pg_url: str, capsys: Capsys) -> None:
+    """Tables in a named schema: counted and sized there, not in the default one."""
+    async with Database(pg_url, schema="agents") as agents, Database(pg_url) as public:
+        await SQLSession(agents).append("a", a_run("1", output="z" * 50_000), run_id="r1")
+        await SQLSession(public).append("p", [user("hi")], run_id="r1")
+        mine = await database_stats(agents, top=1)
+        theirs = await database_stats(public, top=1)
+    assert (mine.sessions, mine.messages, theirs.sessions, theirs.messages) == (1, 4, 1, 1)
+    assert [o.session_id for o in mine.largest_tool_outputs] == ["a"]
+    assert theirs.largest_tool_outputs == []
+    assert mine.size_bytes > 0 and theirs.size_bytes > 0
+    code = await asyncio.to_thread(main, ["stats", "--json", "--schema", "agents", pg_url])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["largest_sessions"][0]["session_id"] == "a"
