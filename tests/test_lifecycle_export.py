@@ -268,3 +268,18 @@ async def test_the_cli_exports_and_imports(
     captured = capsys.readouterr()
     assert code == 2 and '"error": "ExportFormatError"' in captured.out
     assert "line 1:" in captured.err
+
+
+async def test_sessions_too_big_to_group_are_read_alone_with_the_same_lines(
+    exported: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sessions are read in groups; one with more segments and snapshots than a group may
+    hold is streamed on its own: either way the file is the same."""
+    from lovia_store.lifecycle import reading
+
+    source, path = exported
+    monkeypatch.setattr(reading, "_HELD", 1)
+    monkeypatch.setattr(reading, "GROUP", 2)
+    alone = tmp_path / "alone.jsonl"
+    await export(source, alone)
+    assert data_lines(alone) == data_lines(path)

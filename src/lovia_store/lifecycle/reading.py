@@ -37,9 +37,9 @@ _BOUNDS = {
 """A child's column and the parent's counter that bounds it."""
 
 
-def _after(kind: Kind, last: Sequence[Any]) -> ColumnElement[bool]:
-    """Rows past ``last`` in the kind's order (keyset paging, no OFFSET)."""
-    columns = [kind.table.c[name] for name in kind.order]
+def _after(kind: Kind, order: Sequence[str], last: Sequence[Any]) -> ColumnElement[bool]:
+    """Rows past ``last`` in ``order`` (keyset paging, no OFFSET)."""
+    columns = [kind.table.c[name] for name in order]
     clauses = []
     for i, column in enumerate(columns):
         equal = [columns[j] == last[j] for j in range(i)]
@@ -50,7 +50,8 @@ def _after(kind: Kind, last: Sequence[Any]) -> ColumnElement[bool]:
 def _page(
     db: Database,
     kind: Kind,
-    where: list[ColumnElement[bool]],
+    order: Sequence[str],
+    where: Sequence[ColumnElement[bool]],
     last: Sequence[Any] | None,
     size: int,
 ) -> Any:
@@ -58,29 +59,36 @@ def _page(
     query = select(table)
     conditions = list(where)
     if last is not None:
-        conditions.append(_after(kind, last))
+        conditions.append(_after(kind, order, last))
     if conditions:
         query = query.where(*conditions)
-    query = query.order_by(*(table.c[name] for name in kind.order)).limit(size)
+    query = query.order_by(*(table.c[name] for name in order)).limit(size)
 
     def work(conn: Connection) -> list[dict[str, Any]]:
-        return [dict(row._mapping) for row in conn.execute(query)]
+        result = conn.execute(query)
+        keys = list(result.keys())
+        return [dict(zip(keys, row, strict=True)) for row in result]
 
     return db.read(work)
 
 
 async def _rows(
-    db: Database, name: str, where: list[ColumnElement[bool]], size: int = PAGE
+    db: Database,
+    name: str,
+    where: Sequence[ColumnElement[bool]],
+    size: int = PAGE,
+    order: Sequence[str] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     kind = KINDS[name]
+    order = kind.order if order is None else order
     last: tuple[Any, ...] | None = None
     while True:
-        rows: list[dict[str, Any]] = await _page(db, kind, where, last, size)
+        rows: list[dict[str, Any]] = await _page(db, kind, order, where, last, size)
         for row in rows:
             yield row
         if len(rows) < size:
             return
-        last = tuple(rows[-1][name] for name in kind.order)
+        last = tuple(rows[-1][column] for column in order)
 
 
 async def read_sessions(
@@ -120,6 +128,114 @@ async def session_records(db: Database, session: dict[str, Any]) -> AsyncIterato
             yield record
 
 
+GROUP = 200
+"""Parents read together: their children come in a few queries, not a few each."""
+_HELD = 5000
+"""The most segment and snapshot rows of one group held in memory; a session with more
+is read on its own, every kind of child streamed."""
+
+
+def _in_bounds(name: str, row: dict[str, Any], parent: dict[str, Any]) -> bool:
+    column, counter = _BOUNDS[name]
+    return bool(row[column] <= parent[counter])
+
+
+async def _group_records(
+    db: Database,
+    parent_kind: str,
+    parents: list[dict[str, Any]],
+    streamed: str,
+    held: Sequence[str],
+) -> AsyncIterator[Record]:
+    """Each parent's record, its ``streamed`` children (paged across the whole group),
+    then its ``held`` children (read for the group at once), in the parents' order."""
+    kind = KINDS[streamed]
+    column = kind.parent_column
+    assert column is not None
+    ids = [p[column] for p in parents]
+    kept: dict[str, dict[Any, list[dict[str, Any]]]] = {}
+    for name in held:
+        table = KINDS[name].table
+        rows = kept[name] = {}
+        order = (column, *KINDS[name].order)
+        async for row in _rows(db, name, [table.c[column].in_(ids)], order=order):
+            rows.setdefault(row[column], []).append(row)
+
+    def rest(parent: dict[str, Any]) -> list[Record]:
+        return [
+            Record(name, row)
+            for name in held
+            for row in kept[name].get(parent[column], ())
+            if _in_bounds(name, row, parent)
+        ]
+
+    remaining = iter(parents)
+    current: dict[str, Any] | None = None
+    where = [kind.table.c[column].in_(ids)]
+    async for row in _rows(db, streamed, where, order=(column, *kind.order)):
+        if current is None or row[column] != current[column]:
+            if current is not None:
+                for record in rest(current):
+                    yield record
+            for parent in remaining:
+                yield Record(parent_kind, parent)
+                if parent[column] == row[column]:
+                    current = parent
+                    break
+                for record in rest(parent):
+                    yield record
+            else:  # the database ordered the children unlike their parents
+                raise RuntimeError(f"{streamed} rows out of their parents' order")
+        assert current is not None
+        if _in_bounds(streamed, row, current):
+            yield Record(streamed, row)
+    if current is not None:
+        for record in rest(current):
+            yield record
+    for parent in remaining:
+        yield Record(parent_kind, parent)
+        for record in rest(parent):
+            yield record
+
+
+async def _sessions_with_children(
+    db: Database, sessions: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[Record]:
+    group: list[dict[str, Any]] = []
+    weight = 0
+    held = ("segment", "snapshot")
+    async for session in sessions:
+        mine = int(session["run_count"]) + int(session["snapshot_version"])
+        if group and (weight + mine > _HELD or len(group) >= GROUP):
+            async for record in _group_records(db, "session", group, "message", held):
+                yield record
+            group, weight = [], 0
+        if mine > _HELD:  # too many to hold: on its own, everything streamed
+            async for record in session_records(db, session):
+                yield record
+            continue
+        group.append(session)
+        weight += mine
+    if group:
+        async for record in _group_records(db, "session", group, "message", held):
+            yield record
+
+
+async def _runs_with_entries(
+    db: Database, heads: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[Record]:
+    group: list[dict[str, Any]] = []
+    async for head in heads:
+        group.append(head)
+        if len(group) >= GROUP:
+            async for record in _group_records(db, "run", group, "run_entry", ()):
+                yield record
+            group = []
+    if group:
+        async for record in _group_records(db, "run", group, "run_entry", ()):
+            yield record
+
+
 async def checkpoint_records(
     db: Database, session_ids: Sequence[str] | None = None
 ) -> AsyncIterator[Record]:
@@ -127,10 +243,8 @@ async def checkpoint_records(
     leases. With ``session_ids``, only the runs whose head names one of those sessions
     (``lovia_run_heads.session_id``), each with its tool effects and lease."""
     if session_ids is None:
-        async for head in _rows(db, "run", [], size=200):
-            yield Record("run", head)
-            async for record in _children(db, "run_entry", head):
-                yield record
+        async for record in _runs_with_entries(db, _rows(db, "run", [], size=GROUP)):
+            yield record
         for name in ("tool_effect", "run_lease"):
             async for row in _rows(db, name, []):
                 yield Record(name, row)
@@ -156,9 +270,8 @@ async def read_records(
     """Every record of the database, in the file's order; with ``session_ids``, those
     sessions and the runs that append to them."""
     chosen = None if session_ids is None else sorted(set(session_ids))
-    async for session in read_sessions(db, chosen):
-        async for record in session_records(db, session):
-            yield record
+    async for record in _sessions_with_children(db, read_sessions(db, chosen)):
+        yield record
     async for record in checkpoint_records(db, chosen):
         yield record
 

@@ -13,10 +13,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..db.database import Database
-from .reading import checkpoint_records, read_sessions, session_records
+from .reading import read_records
 from .records import encode_record
 
 __all__ = ["Summary", "Tally", "summarize"]
+
+_CHECKPOINT_SIDE = frozenset({"run", "run_entry", "tool_effect", "run_lease"})
 
 
 @dataclass
@@ -38,17 +40,20 @@ class Summary:
 async def summarize(db: Database) -> Summary:
     """Read every row of ``db`` (in pages, bounded memory) and tally it."""
     summary = Summary()
-    async for session in read_sessions(db):
-        tally = Tally()
-        hasher = hashlib.sha256()
-        async for record in session_records(db, session):
-            tally.counts[record.kind] += 1
-            hasher.update(encode_record(record) + b"\n")
-        tally.digest = hasher.hexdigest()
-        summary.sessions[session["session_id"]] = tally
-    hasher = hashlib.sha256()
-    async for record in checkpoint_records(db):
-        summary.checkpoints.counts[record.kind] += 1
+    tally, hasher = summary.checkpoints, hashlib.sha256()
+    checkpoints = hashlib.sha256()
+    async for record in read_records(db):
+        if record.kind == "session":
+            if tally is not summary.checkpoints:
+                tally.digest = hasher.hexdigest()
+            tally, hasher = Tally(), hashlib.sha256()
+            summary.sessions[record.row["session_id"]] = tally
+        elif record.kind in _CHECKPOINT_SIDE and tally is not summary.checkpoints:
+            tally.digest = hasher.hexdigest()
+            tally, hasher = summary.checkpoints, checkpoints
+        tally.counts[record.kind] += 1
         hasher.update(encode_record(record) + b"\n")
-    summary.checkpoints.digest = hasher.hexdigest()
+    if tally is not summary.checkpoints:
+        tally.digest = hasher.hexdigest()
+    summary.checkpoints.digest = checkpoints.hexdigest()
     return summary
