@@ -26,7 +26,7 @@ from uuid import uuid4
 from pydantic import JsonValue
 
 from ..checkpoints.contract import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
-from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease
+from ..checkpoints.leases import HeldLease
 from ..entries import (
     AssistantTextEntry,
     InputEntry,
@@ -35,13 +35,13 @@ from ..entries import (
     TranscriptEntry,
     Usage,
     check_entries,
-    drop_dangling_tool_calls,
 )
 from ..errors import LoviaStoreError, UserError
 from ..sessions.contract import Session
 from ..validation import check_id
 from .agent import MODEL_OUTPUT, Agent
 from .options import CheckpointOptions
+from .resume import abandon, existing_run, resolve_agent, timing
 from .tools import Tool, ToolContext, result_entry
 
 __all__ = ["MaxTurnsExceeded", "RunResult", "Runner"]
@@ -87,29 +87,10 @@ class Runner:
         """Record an interrupted run's partial transcript as finished, then drop its checkpoint.
 
         Interrupted runs are never appended automatically; this is for the
-        caller who decides to give one up. Tool calls without a result are
-        dropped so the stored transcript stays tool-consistent. The session
-        append comes first (idempotent by run id), so a crash in between
-        leaves a checkpoint that can be abandoned again. Returns the entries
-        recorded, or None when no such run is stored.
+        caller who decides to give one up (see ``resume.abandon``). Returns the
+        entries recorded, or None when no such run is stored.
         """
-        check_id(session_id, "session_id")
-        async with HeldLease(checkpointer, run_id, DEFAULT_LEASE_TTL) as held:
-            snapshot = await checkpointer.load(run_id)
-            if snapshot is None:
-                return None
-            entries = drop_dangling_tool_calls(snapshot.entries)
-            meta = {"timing": _timing(snapshot.started_at, time.time()), "abandoned": True}
-            await session.append(session_id, entries, run_id=run_id, meta=meta)
-            await checkpointer.delete(run_id, **held.fence)
-            return entries
-
-
-def _timing(started_at: float | None, finished_at: float) -> dict[str, JsonValue]:
-    return {
-        "started_at": started_at if started_at is not None else finished_at,
-        "finished_at": finished_at,
-    }
+        return await abandon(checkpointer, run_id, session=session, session_id=session_id)
 
 
 def _input_entries(value: str | Sequence[TranscriptEntry]) -> list[TranscriptEntry]:
@@ -171,7 +152,7 @@ class _Run:
             return await self._execute(fresh_input)
 
     async def _execute(self, fresh_input: list[TranscriptEntry]) -> RunResult:
-        snapshot = await self._existing()
+        snapshot = await existing_run(self.options, self.run_id, self.held, self.link)
         if snapshot is not None and snapshot.status == "completed":
             return await self._replay(snapshot)
         if snapshot is not None:
@@ -194,38 +175,10 @@ class _Run:
         await self._persist(self.entries, self.head)
         return self._result(replayed=False)
 
-    async def _existing(self) -> RunSnapshot | None:
-        """Apply the ``if_run_exists`` policy; the snapshot to continue, if any."""
-        options = self.options
-        if options is None:
-            return None
-        if options.resume_from is not None:
-            if self.checkpointer is not None:
-                # The checkpointer must hold the whole run before new steps join it.
-                await self.checkpointer.delete(self.run_id, **self.held.fence)
-                snapshot = options.resume_from
-                await self.checkpointer.append(
-                    self.run_id, snapshot.entries, snapshot.head, **self.held.fence, **self.link
-                )
-            return options.resume_from
-        assert self.checkpointer is not None
-        existing = await self.checkpointer.load(self.run_id)
-        policy = options.if_run_exists
-        if policy == "restart" and existing is not None:
-            await self.checkpointer.delete(self.run_id, **self.held.fence)
-            return None
-        if policy == "fail" and existing is not None:
-            raise UserError(f"run {self.run_id!r} already exists (if_run_exists='fail')")
-        if policy == "resume_only" and existing is None:
-            raise UserError(
-                f"no stored run {self.run_id!r} to resume (if_run_exists='resume_only')"
-            )
-        return existing if policy in ("resume", "resume_only") else None
-
     async def _replay(self, snapshot: RunSnapshot) -> RunResult:
         """A completed run: its stored result, without calling any model."""
         try:
-            self.active = self._resolve(snapshot.agent_name)
+            self.active = resolve_agent(self.entry_agent, snapshot.agent_name)
         except UserError as exc:
             warnings.warn(
                 f"run {self.run_id!r}: {exc}; replaying with the entry agent "
@@ -241,24 +194,10 @@ class _Run:
 
     def _restore(self, snapshot: RunSnapshot) -> None:
         """An interrupted run: rebuild it from its snapshot (hard errors if its agent is gone)."""
-        self.active = self._resolve(snapshot.agent_name)
+        self.active = resolve_agent(self.entry_agent, snapshot.agent_name)
         self.resumed = True
         self.entries = list(snapshot.entries)
         self.head = snapshot.head.model_copy(update={"status": "running", "error": None})
-
-    def _resolve(self, name: str) -> Agent:
-        candidates = self.entry_agent.reachable().get(name, [])
-        if not candidates:
-            raise UserError(
-                f"agent {name!r} is not reachable from {self.entry_agent.name!r}: "
-                "it was renamed or removed"
-            )
-        if len(candidates) > 1:
-            raise UserError(
-                f"{len(candidates)} distinct agents are named {name!r}; agent names must be "
-                "unique across the handoff graph to resume a run"
-            )
-        return candidates[0]
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -328,7 +267,7 @@ class _Run:
             result = await self._call(caller.tool(call.name), call, known.get(call.call_id))
             await self._commit([result])
         if self.head.pending_handoff is not None:
-            self.active = self._resolve(self.head.pending_handoff)
+            self.active = resolve_agent(self.entry_agent, self.head.pending_handoff)
             await self._commit([], agent_name=self.active.name, pending_handoff=None)
 
     async def _call(
@@ -394,7 +333,7 @@ class _Run:
     async def _persist(self, entries: list[TranscriptEntry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:
             finished = head.updated_at if self.checkpointer is not None else time.time()
-            meta: dict[str, Any] = {"timing": _timing(head.started_at, finished)}
+            meta: dict[str, Any] = {"timing": timing(head.started_at, finished)}
             await self.session.append(self.session_id, entries, run_id=self.run_id, meta=meta)
         if self.options is not None and self.options.delete_on_success and self.checkpointer:
             await self.checkpointer.delete(self.run_id, **self.held.fence)
