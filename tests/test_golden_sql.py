@@ -44,6 +44,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from helpers import user
 from lovia_store import SQLiteCheckpointer, SQLiteSession
 from lovia_store.checkpoints import sql as checkpoints_sql
+from lovia_store.checkpoints import sql_steps
 from lovia_store.db import dialect as db_dialect
 from lovia_store.db.dialect import Capabilities, capabilities
 from lovia_store.db.prepared import Prepared
@@ -130,8 +131,8 @@ def _density_first(caps: Capabilities) -> bool:
 # Statements that run on some backends only, by the capability their caller checks
 # (rendered elsewhere as a comment saying so). Each name must exist.
 RUNS_WHERE: dict[str, Runs] = {
-    "lovia_store.checkpoints.sql:_APPEND_IN_ONE_STATEMENT": _one_statement,
-    "lovia_store.checkpoints.sql:_INSERT_ENTRIES": _portable,
+    "lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES": _portable,
     "lovia_store.checkpoints.sql_leases:_EXPIRES": _read_back,
     "lovia_store.checkpoints.sql_leases:_RENEW": _returning,
     "lovia_store.checkpoints.sql_leases:_RENEW_NO_RETURNING": _read_back,
@@ -189,10 +190,10 @@ def _insert_ignore_builder(table: Any, columns: tuple[str, ...]) -> Builder:
 BUILDERS = (
     Builder(log.__name__, "bump_statement(dialect)", log.bump_statement, log._bump),
     Builder(
-        checkpoints_sql.__name__,
+        sql_steps.__name__,
         "_upsert(dialect)",
-        checkpoints_sql._upsert,
-        checkpoints_sql._prepared_upsert,
+        sql_steps._upsert,
+        sql_steps._prepared_upsert,
     ),
     *(_insert_ignore_builder(table, columns) for table, columns in _INSERT_IGNORED.items()),
 )
@@ -226,15 +227,34 @@ def _is_statement(value: object) -> bool:
 def discovered() -> dict[str, tuple[str, Any]]:
     """Every module-level statement: ``module:NAME`` -> (family, statement).
 
-    A statement one module imports from another is kept under the name it was
+    A statement one module imports from another is kept under the module that
+    built it (a ``Prepared`` knows its ``origin``), else under the name it was
     first found by (modules in name order)."""
     seen: set[int] = set()
     found: dict[str, tuple[str, Any]] = {}
-    for module in _modules():
-        for name, value in sorted(vars(module).items()):
-            if _is_statement(value) and id(value) not in seen:
+    modules = _modules()
+    names = {module.__name__ for module in modules}
+    for module in modules:
+        for name, value in sorted(_constants(module)):
+            elsewhere = (
+                isinstance(value, Prepared)
+                and value.origin != module.__name__
+                and value.origin in names
+            )
+            if _is_statement(value) and id(value) not in seen and not elsewhere:
                 seen.add(id(value))
                 found[f"{module.__name__}:{name}"] = (family_of(module.__name__), value)
+    return found
+
+
+def _constants(module: ModuleType) -> list[tuple[str, Any]]:
+    """A module's values by name, and the statements a module-level dict holds
+    (``_COPY_MESSAGES[True]``: one variant per key)."""
+    found = []
+    for name, value in vars(module).items():
+        found.append((name, value))
+        if isinstance(value, dict):
+            found += [(f"{name}[{key!r}]", item) for key, item in value.items()]
     return found
 
 
@@ -358,7 +378,7 @@ def test_the_hot_statements_are_found() -> None:
         "lovia_store.sessions.rewind:_DELETE_TAIL",
         "lovia_store.sessions.trim:_TRIM",
         "lovia_store.sessions.raw_log.reads:_PAGE",
-        "lovia_store.checkpoints.sql:_COUNT",
+        "lovia_store.checkpoints.sql_steps:ENTRY_COUNT",
         "lovia_store.checkpoints.sql_leases:_RENEW",
     } <= names
     # Only statements: no table, SQL function or bound parameter.
@@ -377,7 +397,7 @@ def test_backend_restrictions_name_existing_statements() -> None:
 def test_the_prepared_builders_run_the_rendered_statements() -> None:
     for name in ("sqlite", "postgresql", "mysql"):
         assert log._bump(name).statement is log.bump_statement(name)
-        assert checkpoints_sql._prepared_upsert(name).statement is checkpoints_sql._upsert(name)
+        assert sql_steps._prepared_upsert(name).statement is sql_steps._upsert(name)
 
 
 def _package_modules() -> list[str]:

@@ -2,37 +2,22 @@
 
 An append is two statements whatever the run's length (one on PostgreSQL): an
 upsert of the head that also reserves the entries' positions (the counter lives
-on the head row), and one multi-row insert of the new entries. Nothing earlier
-is read or rewritten, so the 2,000th step costs what the first did.
+on the head row), and one multi-row insert of the new entries (``sql_steps``).
+Nothing earlier is read or rewritten, so the 2,000th step costs what the first did.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from functools import cache
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import (
-    ARRAY,
-    BigInteger,
-    Connection,
-    String,
-    Text,
-    bindparam,
-    delete,
-    func,
-    select,
-    true,
-)
-from sqlalchemy.sql import Executable
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy import BigInteger, Connection, bindparam, delete, select
 
-from ..db.dialect import capabilities, insert_ignore, upsert
-from ..db.prepared import Prepared
+from ..db.dialect import insert_ignore
 from ..db.store import SQLStore, StoreTarget
 from ..db.tables import run_entries, run_heads, tool_effects
-from ..db.types import UTCDateTime, utcnow
+from ..db.types import utcnow
 from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
@@ -57,110 +42,13 @@ from .contract import (
     summary_of,
 )
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
+from .sql_steps import ENTRY_COUNT, append_step
 
 __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
 h = run_heads.c
 e = run_entries.c
 fx = tool_effects.c
-
-
-@cache
-def _upsert(dialect: str) -> Executable:
-    """Replace the head and reserve ``count`` positions; returns the run's entry count.
-
-    ``session_id`` links the run to the session it appends to when it finishes
-    (retention keeps that session while the run can resume); a write that names
-    none keeps the link an earlier write made.
-    """
-    now = bindparam("now", type_=UTCDateTime())
-    session = bindparam("session_id", type_=String())
-    values = {
-        "run_id": bindparam("run_id"),
-        "status": bindparam("status"),
-        "head_json": bindparam("head_json"),
-        "entry_count": bindparam("count"),
-        "created_at": now,
-        "updated_at": now,
-        "session_id": session,
-    }
-    changes = {
-        "status": bindparam("status"),
-        "head_json": bindparam("head_json"),
-        "entry_count": h.entry_count + bindparam("count"),
-        "updated_at": now,
-        "session_id": func.coalesce(session, h.session_id),
-    }
-    return upsert(dialect, run_heads, values, changes, [h.entry_count])
-
-
-@cache
-def _prepared_upsert(dialect: str) -> Prepared:
-    return Prepared(_upsert(dialect))
-
-
-def _append_in_one_statement() -> Prepared:
-    """PostgreSQL: a step as one statement (one round trip, not two).
-
-    Data-modifying CTEs: the head upsert reserves the positions, then the
-    entries (unnested from an array) are numbered up to the count it returns.
-    """
-    head = cast(Insert, _upsert("postgresql")).cte("head")
-    documents = (
-        func.unnest(bindparam("documents", type_=ARRAY(Text())))
-        .table_valued("entry_json", with_ordinality="ordinality")
-        .render_derived(name="given")
-    )
-    count = bindparam("count", type_=BigInteger())
-    rows = run_entries.insert().from_select(
-        ["run_id", "position", "entry_json"],
-        select(
-            bindparam("run_id", type_=String()),
-            head.c.entry_count - count + documents.c.ordinality,
-            documents.c.entry_json,
-        ).select_from(head.join(documents, true())),
-    )
-    return Prepared(select(head.c.entry_count).add_cte(rows.cte("entries")))
-
-
-_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
-_COUNT = Prepared(select(h.entry_count).where(h.run_id == bindparam("run_id")))
-_INSERT_ENTRIES = Prepared(
-    run_entries.insert().values({c: bindparam(c) for c in ("run_id", "position", "entry_json")})
-)
-
-
-def _append_step(
-    conn: Connection,
-    run_id: str,
-    status: str,
-    head_json: str,
-    documents: Sequence[str],
-    session_id: str | None = None,
-) -> None:
-    """Replace the head and add the entries at the positions its upsert reserved."""
-    params = {
-        "run_id": run_id,
-        "status": status,
-        "head_json": head_json,
-        "count": len(documents),
-        "now": utcnow(),
-        "session_id": session_id,
-    }
-    dialect = conn.dialect.name
-    if capabilities(conn).one_statement_writes:
-        _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": list(documents)})
-        return
-    result = _prepared_upsert(dialect).execute(conn, params)
-    if not capabilities(conn).returning:  # read the locked row back
-        result = _COUNT.execute(conn, {"run_id": run_id})
-    last = int(result.scalar_one())
-    if documents:
-        first = last - len(documents) + 1
-        rows = [
-            {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
-        ]
-        _INSERT_ENTRIES.execute(conn, {"run_id": run_id}, rows)
 
 
 def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
@@ -230,12 +118,12 @@ class SQLCheckpointer(SQLStore):
 
         def work(conn: Connection) -> None:
             sql_leases.fence(conn, lease)
-            if first and _COUNT.execute(conn, {"run_id": run_id}).first() is not None:
+            if first and ENTRY_COUNT.execute(conn, {"run_id": run_id}).first() is not None:
                 raise ConflictError(
                     f"run {run_id!r} was stored by another worker after this one found "
                     "it absent; it was not started a second time"
                 )
-            _append_step(conn, run_id, status, head_json, documents, session_id)
+            append_step(conn, run_id, status, head_json, documents, session_id)
 
         await self.database.write(work)
 

@@ -1,22 +1,22 @@
 -- Golden SQL, postgresql: rendered by tests/test_golden_sql.py, do not edit.
 -- After changing a statement: python tests/test_golden_sql.py --update
 
--- lovia_store.checkpoints.sql:_APPEND_IN_ONE_STATEMENT (prepared)
+-- lovia_store.checkpoints.sql_steps:ENTRY_COUNT (prepared)
+SELECT lovia_run_heads.entry_count
+FROM lovia_run_heads
+WHERE lovia_run_heads.run_id = :run_id::VARCHAR;
+
+-- lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT (prepared)
 WITH head AS
-(INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_run_heads.entry_count),
+(INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = coalesce(:session_id::VARCHAR, lovia_run_heads.session_id) RETURNING lovia_run_heads.entry_count),
 entries AS
 (INSERT INTO lovia_run_entries (run_id, position, entry_json) SELECT :run_id::VARCHAR AS anon_1, (head.entry_count - :count::BIGINT) + given.ordinality AS anon_2, given.entry_json AS entry_json
 FROM head JOIN unnest(:documents::TEXT[]) WITH ORDINALITY AS given(entry_json, ordinality) ON true)
  SELECT head.entry_count
 FROM head;
 
--- lovia_store.checkpoints.sql:_COUNT (prepared)
-SELECT lovia_run_heads.entry_count
-FROM lovia_run_heads
-WHERE lovia_run_heads.run_id = :run_id::VARCHAR;
-
--- lovia_store.checkpoints.sql:_INSERT_ENTRIES (prepared)
+-- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
--- lovia_store.checkpoints.sql:_upsert(dialect) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_run_heads.entry_count;
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = coalesce(:session_id::VARCHAR, lovia_run_heads.session_id) RETURNING lovia_run_heads.entry_count;

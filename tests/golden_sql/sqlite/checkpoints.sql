@@ -1,16 +1,16 @@
 -- Golden SQL, sqlite: rendered by tests/test_golden_sql.py, do not edit.
 -- After changing a statement: python tests/test_golden_sql.py --update
 
--- lovia_store.checkpoints.sql:_APPEND_IN_ONE_STATEMENT (prepared)
--- not run on sqlite (runs where: one_statement_writes)
-
--- lovia_store.checkpoints.sql:_COUNT (prepared)
+-- lovia_store.checkpoints.sql_steps:ENTRY_COUNT (prepared)
 SELECT lovia_run_heads.entry_count
 FROM lovia_run_heads
 WHERE lovia_run_heads.run_id = :run_id;
 
--- lovia_store.checkpoints.sql:_INSERT_ENTRIES (prepared)
+-- lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT (prepared)
+-- not run on sqlite (runs where: one_statement_writes)
+
+-- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 INSERT INTO lovia_run_entries (run_id, position, entry_json) VALUES (:run_id, :position, :entry_json);
 
--- lovia_store.checkpoints.sql:_upsert(dialect) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at) VALUES (:run_id, :status, :head_json, :count, :now, :now) ON CONFLICT (run_id) DO UPDATE SET status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now RETURNING entry_count;
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON CONFLICT (run_id) DO UPDATE SET status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now, session_id = coalesce(:session_id, lovia_run_heads.session_id) RETURNING entry_count;

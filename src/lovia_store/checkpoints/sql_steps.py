@@ -1,0 +1,124 @@
+"""A run's step stored: the head upsert that reserves the entries' positions, then the entries.
+
+The position counter lives on the head row (``entry_count``), so an append is
+two statements whatever the run's length, and nothing earlier is read or
+rewritten. On PostgreSQL the two are one statement (data-modifying CTEs); the
+portable path stands beside it, and ``capabilities`` picks between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import cast
+
+from sqlalchemy import ARRAY, BigInteger, Connection, String, Text, bindparam, func, select, true
+from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Insert
+
+from ..db.dialect import capabilities, upsert
+from ..db.prepared import Prepared
+from ..db.tables import run_entries, run_heads
+from ..db.types import UTCDateTime, utcnow
+
+__all__ = ["ENTRY_COUNT", "append_step"]
+
+h = run_heads.c
+
+
+@cache
+def _upsert(dialect: str) -> Executable:
+    """Replace the head and reserve ``count`` positions; returns the run's entry count.
+
+    ``session_id`` links the run to the session it appends to when it finishes
+    (retention keeps that session while the run can resume); a write that names
+    none keeps the link an earlier write made.
+    """
+    now = bindparam("now", type_=UTCDateTime())
+    session = bindparam("session_id", type_=String())
+    values = {
+        "run_id": bindparam("run_id"),
+        "status": bindparam("status"),
+        "head_json": bindparam("head_json"),
+        "entry_count": bindparam("count"),
+        "created_at": now,
+        "updated_at": now,
+        "session_id": session,
+    }
+    changes = {
+        "status": bindparam("status"),
+        "head_json": bindparam("head_json"),
+        "entry_count": h.entry_count + bindparam("count"),
+        "updated_at": now,
+        "session_id": func.coalesce(session, h.session_id),
+    }
+    return upsert(dialect, run_heads, values, changes, [h.entry_count])
+
+
+@cache
+def _prepared_upsert(dialect: str) -> Prepared:
+    return Prepared(_upsert(dialect))
+
+
+def _append_in_one_statement() -> Prepared:
+    """PostgreSQL: a step as one statement (one round trip, not two).
+
+    Data-modifying CTEs: the head upsert reserves the positions, then the
+    entries (unnested from an array) are numbered up to the count it returns.
+    """
+    head = cast(Insert, _upsert("postgresql")).cte("head")
+    documents = (
+        func.unnest(bindparam("documents", type_=ARRAY(Text())))
+        .table_valued("entry_json", with_ordinality="ordinality")
+        .render_derived(name="given")
+    )
+    count = bindparam("count", type_=BigInteger())
+    rows = run_entries.insert().from_select(
+        ["run_id", "position", "entry_json"],
+        select(
+            bindparam("run_id", type_=String()),
+            head.c.entry_count - count + documents.c.ordinality,
+            documents.c.entry_json,
+        ).select_from(head.join(documents, true())),
+    )
+    return Prepared(select(head.c.entry_count).add_cte(rows.cte("entries")))
+
+
+_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+ENTRY_COUNT = Prepared(select(h.entry_count).where(h.run_id == bindparam("run_id")))
+_INSERT_ENTRIES = Prepared(
+    run_entries.insert().values({c: bindparam(c) for c in ("run_id", "position", "entry_json")})
+)
+
+
+def append_step(
+    conn: Connection,
+    run_id: str,
+    status: str,
+    head_json: str,
+    documents: Sequence[str],
+    session_id: str | None = None,
+) -> None:
+    """Replace the head and add the entries at the positions its upsert reserved."""
+    params = {
+        "run_id": run_id,
+        "status": status,
+        "head_json": head_json,
+        "count": len(documents),
+        "now": utcnow(),
+        "session_id": session_id,
+    }
+    dialect = conn.dialect.name
+    if capabilities(conn).one_statement_writes:
+        _APPEND_IN_ONE_STATEMENT.execute(conn, params | {"documents": list(documents)})
+        return
+    result = _prepared_upsert(dialect).execute(conn, params)
+    if not capabilities(conn).returning:  # read the locked row back
+        result = ENTRY_COUNT.execute(conn, {"run_id": run_id})
+    last = int(result.scalar_one())
+    if documents:
+        first = last - len(documents) + 1
+        rows = [
+            {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
+        ]
+        _INSERT_ENTRIES.execute(conn, {"run_id": run_id}, rows)
