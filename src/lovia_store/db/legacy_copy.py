@@ -21,15 +21,9 @@ from pathlib import Path
 from ..errors import LegacyBackupError
 from .private_files import create_private_file
 
-__all__ = [
-    "ADOPTED_BY",
-    "keep_copy",
-]
+__all__ = ["keep_copy"]
 
 logger = logging.getLogger(__name__)
-
-ADOPTED_BY = {"lovia 0.9": "0001", "zett-agent": "0002"}
-"""The revision that converts each program's tables."""
 
 
 def backup_name(path: Path, folder: Path) -> Path:

@@ -1,10 +1,11 @@
 """Converting another program's database: which of its tables the pending revisions
 convert and drop, and the copy of its file kept before they do.
 
-lovia 0.9's and zett-agent's tables are recognised by the rules the revisions that
-convert them hold (``recognition``); which revision converts whose is
-``ADOPTED_BY``. Both decisions are made before the first revision runs, inside
-the migration's write transaction.
+lovia 0.9's and zett-agent's tables are recognised by the rules the revisions
+that convert them hold (``recognition``, with ``ADOPTED_BY``: which revision
+converts whose); the copy itself is ``db/legacy_copy``'s, a SQLite file copied
+whole. Both decisions are made before the first revision runs, inside the
+migration's write transaction.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from ..db.legacy_copy import ADOPTED_BY, keep_copy
+from ..db.legacy_copy import keep_copy
 from ..db.schema_state import placed_schema
 from ..errors import LegacyBackupError
-from .recognition import adoptable
+from .recognition import ADOPTED_BY, adoptable
 
 if TYPE_CHECKING:
     from ..db.database import Database

@@ -14,7 +14,10 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, inspect
 
-__all__ = ["LEGACY_COLUMNS", "LEGACY_TABLES", "adoptable", "legacy_tables"]
+__all__ = ["ADOPTED_BY", "LEGACY_COLUMNS", "LEGACY_TABLES", "adoptable", "legacy_tables"]
+
+ADOPTED_BY = {"lovia 0.9": "0001", "zett-agent": "0002"}
+"""The revision that converts each program's tables."""
 
 LEGACY_TABLES: dict[str, tuple[str, ...]] = {
     "lovia 0.9": ("session_runs", "snapshot_heads", "snapshot_turns"),
