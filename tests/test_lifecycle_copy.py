@@ -224,3 +224,59 @@ async def test_legacy_files_copy_into_servers_with_every_session_equal(
         reads: dict[str, Any] = await public_reads(str(path))
         assert await public_reads(dst) == reads
         assert sum(report.inserted.values()) > 0
+
+
+# -- lovia's own Runner ---------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+async def test_a_lovia_run_in_flight_resumes_on_the_destination_with_lovias_runner(
+    tmp_path: Path,
+) -> None:
+    from lovia import Agent, CheckpointOptions, MaxTurnsExceeded, Runner, tool
+    from lovia.testing import ScriptedProvider, call, text
+
+    from lovia_store.integrations.lovia import SQLCheckpointer as LoviaCheckpointer
+    from lovia_store.integrations.lovia import SQLSession as LoviaSession
+
+    asked: list[str] = []
+
+    @tool
+    def weather(city: str) -> str:
+        """Current weather for a city."""
+        asked.append(city)
+        return f"rain in {city}"
+
+    def bot(*turns: Any) -> Any:
+        return Agent(name="bot", model=ScriptedProvider(list(turns)), tools=[weather])
+
+    src = str(tmp_path / "src.sqlite3")
+    async with Database(src) as db:
+        with pytest.raises(MaxTurnsExceeded):  # stops after the tool ran: interrupted
+            await Runner.run(
+                bot(call("weather", {"city": "Bern"})),
+                "Weather in Bern?",
+                session=LoviaSession(db),
+                session_id="u1",
+                checkpoint=CheckpointOptions(LoviaCheckpointer(db), "lovia-run"),
+                max_turns=1,
+            )
+    assert asked == ["Bern"]
+    async with fresh_server_database("postgres") as dst:
+        assert (await copy_database(src, dst)).ok
+        async with Database(dst) as db:
+            session, checkpointer = LoviaSession(db), LoviaCheckpointer(db)
+            stopped = await checkpointer.load("lovia-run")
+            assert stopped is not None and stopped.status == "interrupted"
+            resumed = await Runner.run(
+                bot(text("Umbrella.")),
+                [],
+                session=session,
+                session_id="u1",
+                checkpoint=CheckpointOptions(
+                    checkpointer, "lovia-run", if_run_exists="resume_only"
+                ),
+            )
+            assert resumed.output == "Umbrella."
+            assert asked == ["Bern"]  # the tool that had run is not run again
+            assert [s.run_id for s in await session.segments("u1")] == ["lovia-run"]
