@@ -62,6 +62,12 @@ EXPANDING: dict[str, Any] = {
         bindparam("ids", expanding=True)
     ),
     "not_in a list": update(messages).where(m.sequence.not_in([4])).values(entry_json="{}"),
+    "in a CTE": select(m.sequence).add_cte(
+        delete(messages).where(m.sequence.in_([1, 2])).cte("gone")
+    ),
+    "in a subquery": select(m.sequence).where(
+        m.sequence == select(m.sequence).where(m.sequence.in_([1, 2])).scalar_subquery()
+    ),
 }
 
 
