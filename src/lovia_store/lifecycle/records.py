@@ -124,17 +124,19 @@ class Record:
 # -- encoding -----------------------------------------------------------------
 
 
-def _encode_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat(timespec="microseconds")
-    return value
-
-
 def encode_record(record: Record) -> bytes:
     """The record as one line (UTF-8 JSON, no newline)."""
-    document = {"record": record.kind}
-    document.update({name: _encode_value(value) for name, value in record.row.items()})
+    document = {"record": record.kind, **record.row}
+    for name in _time_columns(record.kind):
+        value = document.get(name)
+        if value is not None:
+            document[name] = value.astimezone(UTC).isoformat(timespec="microseconds")
     return orjson.dumps(document)
+
+
+@cache
+def _time_columns(kind: str) -> tuple[str, ...]:
+    return tuple(name for name, rule in _rules(kind).items() if rule.python_type is datetime)
 
 
 def header_line(schema_revision: str, *, dialect: str) -> bytes:
