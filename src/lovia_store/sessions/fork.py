@@ -54,7 +54,7 @@ FORK_ORIGIN = select(s.forked_from_session_id, s.forked_at_entry).where(
 )
 # The origin's row, locked: its appends wait until the fork commits.
 _ORIGIN = select(
-    s.parent_session_id, s.session_type, s.title, s.agent_name, s.last_sequence, s.run_count
+    s.parent_session_id, s.session_type, s.title, s.agent_name, s.message_count, s.run_count
 ).where(s.session_id == _SID)
 _ORIGIN_LOCKED = _ORIGIN.with_for_update()
 _MULTIPLE_DOCUMENTS = Prepared(
@@ -126,9 +126,11 @@ def unknown_session(session_id: str) -> UserError:
     return UserError(f"session {session_id!r} does not exist")
 
 
-def count_entries(conn: Connection, session_id: str) -> int:
-    """How many entries ``load()`` shows: one per row, a multi-entry row's each."""
-    rows = int(_ROW_COUNT.execute(conn, {"sid": session_id}).scalar_one())
+def count_entries(conn: Connection, session_id: str, rows: int | None = None) -> int:
+    """How many entries ``load()`` shows: one per row, a multi-entry row's each.
+    ``rows``: the session's row count when known (its ``message_count``)."""
+    if rows is None:
+        rows = int(_ROW_COUNT.execute(conn, {"sid": session_id}).scalar_one())
     documents = [doc for (doc,) in _MULTIPLE_DOCUMENTS.execute(conn, {"sid": session_id}).all()]
     return rows + sum(len(entries) - 1 for entries in json_documents(documents))
 
@@ -143,7 +145,7 @@ def fork_rows(conn: Connection, session_id: str, new_session_id: str, keep_entri
     origin = conn.execute(locked, {"sid": session_id}).first()
     if origin is None:
         raise unknown_session(session_id)
-    total = count_entries(conn, session_id)
+    total = count_entries(conn, session_id, int(origin.message_count))
     if keep_entries > total:
         raise UserError(
             f"keep_entries={keep_entries} is past the end of session {session_id!r} "
@@ -162,7 +164,7 @@ def fork_rows(conn: Connection, session_id: str, new_session_id: str, keep_entri
         rewind_rows(conn, new_session_id, keep_entries)
     rows = _renumber(conn, new_session_id)
     _FINISH.execute(conn, {"new": new_session_id, "rows": rows})
-    return count_entries(conn, new_session_id)
+    return count_entries(conn, new_session_id, rows)
 
 
 def _new_row(
