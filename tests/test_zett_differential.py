@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -40,8 +41,10 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 from zett_agent.storage import SQLiteSessionStorage as ZettStorage
+from zett_agent.storage import encode_messages
 
-from lovia_store.integrations.zett import SQLiteSessionStorage
+from lovia_store import UserError
+from lovia_store.integrations.zett import SQLiteSessionStorage, codec
 
 SESSIONS = ("a", "b")
 PARENTS = ("p", "q")  # never a session of the pool: no self-parent on append
@@ -386,3 +389,39 @@ def test_a_long_session_with_snapshots_gives_the_same_answers() -> None:
         "Snapshot conflict; reload the session",
         "Snapshot conflict; reload the session",
     ]
+
+
+def _zett_text(message: Any) -> str | type[Exception]:
+    try:
+        return encode_messages([message])[1:-1]
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+def _our_text(message: Any) -> str | type[Exception]:
+    try:
+        return codec.encode_envelope(message)
+    except UserError as exc:
+        assert isinstance(exc.__cause__, TypeError | ValueError)
+        return type(exc.__cause__)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(messages | st.builds(CompactedMessage, content=content))
+def test_our_envelope_is_zetts_text_character_for_character(message: Any) -> None:
+    """The integration writes the envelope itself (no deep copies); the row holds the
+    text zett's own encode_messages would have written."""
+    if isinstance(message, CompactedMessage):
+        assert codec.encode_compacted(message) == _zett_text(message)
+    else:
+        assert _our_text(message) == _zett_text(message)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{"x": float("nan")}, {"x": {1, 2}}, {"x": datetime(2026, 1, 1, tzinfo=UTC)}, {"x": b"\x00"}],
+    ids=["nan", "set", "datetime", "bytes"],
+)
+def test_what_zett_cannot_encode_we_refuse_alike(attributes: dict[str, Any]) -> None:
+    message = UserMessage(content="hi", attributes=attributes)
+    assert _our_text(message) == _zett_text(message)
