@@ -14,7 +14,7 @@ from typing import Any
 from ..checkpoints.memory import InMemoryCheckpointer, RunState
 from ..errors import UserError
 from ..sessions.memory import InMemorySession
-from .prune_sql import FINISHED, REPORTED_BLOCKERS, RESUMABLE
+from .prune_sql import REPORTED_BLOCKERS, RESUMABLE, checkpoint_statuses
 from .retention import PruneOptions, PruneReport
 
 __all__ = ["prune_memory"]
@@ -90,10 +90,10 @@ async def _prune_checkpoints(
         return
     cut = options.checkpoint_cut
     assert cut is not None
-    statuses = FINISHED + RESUMABLE if options.include_resumable else FINISHED
+    statuses = checkpoint_statuses(options)
     listed = set(report.runs)
     chosen = sorted(
-        (r.updated_at, r.run_id)
+        (statuses.index(r.status), r.updated_at, r.run_id)
         for r in await _states(checkpointer)
         if r.status in statuses
         and r.updated_at is not None
@@ -101,7 +101,7 @@ async def _prune_checkpoints(
         and not r.leased
         and r.run_id not in listed
     )
-    for at, run_id in chosen:
+    for _, at, run_id in chosen:
         if dry_run or await checkpointer._delete_unchanged(run_id, at, statuses):
             report.runs.append(run_id)
 

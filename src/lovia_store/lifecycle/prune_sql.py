@@ -6,7 +6,7 @@ each page, in a real run, is deleted in its own transaction, which first reads
 the page's sessions again under a row lock with every criterion re-applied: a
 session appended to since it was selected has a newer ``updated_at`` and
 stays, and so does one a resumable run started to name. Finished checkpoints
-are walked the same way on ``(updated_at, run_id)``.
+are walked the same way on ``(updated_at, run_id)``, one status after another.
 """
 
 from __future__ import annotations
@@ -148,9 +148,15 @@ def _delete_sessions(
     return still, runs
 
 
-def _checkpoint_conditions(options: PruneOptions) -> list[ColumnElement[bool]]:
+def checkpoint_statuses(options: PruneOptions) -> tuple[str, ...]:
+    """The statuses whose checkpoints age out, in the order they are walked."""
+    return FINISHED + RESUMABLE if options.include_resumable else FINISHED
+
+
+def _checkpoint_conditions(
+    options: PruneOptions, statuses: Sequence[str]
+) -> list[ColumnElement[bool]]:
     assert options.checkpoint_cut is not None
-    statuses = FINISHED + RESUMABLE if options.include_resumable else FINISHED
     return [
         h.status.in_(statuses),
         h.updated_at < options.checkpoint_cut,
@@ -159,11 +165,15 @@ def _checkpoint_conditions(options: PruneOptions) -> list[ColumnElement[bool]]:
 
 
 def _checkpoint_page(
-    conn: Connection, options: PruneOptions, last: Sequence[Any] | None
+    conn: Connection, options: PruneOptions, status: str, last: Sequence[Any] | None
 ) -> list[Any]:
+    """One status at a time: the ``(status, updated_at)`` index gives the order."""
     query = (
         select(h.run_id, h.updated_at)
-        .where(*_checkpoint_conditions(options), _after((h.updated_at, h.run_id), last))
+        .where(
+            *_checkpoint_conditions(options, [status]),
+            _after((h.updated_at, h.run_id), last),
+        )
         .order_by(h.updated_at, h.run_id)
         .limit(options.batch_size)
     )
@@ -173,7 +183,7 @@ def _checkpoint_page(
 def _delete_checkpoints(conn: Connection, options: PruneOptions, ids: Sequence[str]) -> list[str]:
     query = (
         select(h.run_id)
-        .where(h.run_id.in_(ids), *_checkpoint_conditions(options))
+        .where(h.run_id.in_(ids), *_checkpoint_conditions(options, checkpoint_statuses(options)))
         .order_by(h.updated_at, h.run_id)
         .with_for_update()
     )
@@ -229,27 +239,26 @@ async def _prune_checkpoints(
     db: Database, options: PruneOptions, report: PruneReport, dry_run: bool
 ) -> None:
     listed = set(report.runs)  # a dry run's sessions' runs are still there
-    last: tuple[Any, Any] | None = None
-    while True:
+    for status in checkpoint_statuses(options):
+        last: tuple[Any, Any] | None = None
+        while True:
 
-        def page(conn: Connection, after: Any = last) -> list[Any]:
-            return _checkpoint_page(conn, options, after)
+            def page(conn: Connection, after: Any = last, chosen: str = status) -> list[Any]:
+                return _checkpoint_page(conn, options, chosen, after)
 
-        rows = await db.read(page)
-        if not rows:
-            return
-        ids = [row.run_id for row in rows if row.run_id not in listed]
-        if dry_run:
-            report.runs += ids
-        elif ids:
+            rows = await db.read(page)
+            ids = [row.run_id for row in rows if row.run_id not in listed]
+            if dry_run:
+                report.runs += ids
+            elif ids:
 
-            def remove(conn: Connection, chosen: list[str] = ids) -> list[str]:
-                return _delete_checkpoints(conn, options, chosen)
+                def remove(conn: Connection, chosen: list[str] = ids) -> list[str]:
+                    return _delete_checkpoints(conn, options, chosen)
 
-            report.runs += await db.write(remove)
-        if len(rows) < options.batch_size:
-            return
-        last = (rows[-1].updated_at, rows[-1].run_id)
+                report.runs += await db.write(remove)
+            if len(rows) < options.batch_size:
+                break
+            last = (rows[-1].updated_at, rows[-1].run_id)
 
 
 async def prune_database(db: Database, options: PruneOptions, *, dry_run: bool) -> PruneReport:

@@ -56,7 +56,8 @@ class PruneOptions:
 class PruneReport:
     """What a prune deleted (or, as a dry run, would delete), and what it spared and why.
 
-    ``sessions`` and ``runs`` are the ids deleted, oldest activity first;
+    ``sessions`` are the ids deleted, oldest activity first, ``runs`` the checkpoints
+    (a pruned session's first, then by status and age);
     ``spared_sessions`` matched the criteria but a run that can resume (or is
     leased) appends to them; ``blocking_runs`` are runs that can resume and name
     no session: while there are any, no session is pruned (``unlinked_runs``).
