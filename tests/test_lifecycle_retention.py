@@ -457,6 +457,37 @@ async def test_vacuum_hands_a_sqlite_files_space_back(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_a_vacuum_that_finds_the_file_locked_is_a_typed_error_after_the_prune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lovia_store import StoreBusyError
+    from lovia_store.lifecycle import prune_sql
+
+    path = tmp_path / "locked.sqlite3"
+    store = World(Backend("sqlite", str(path)))
+    monkeypatch.setattr(prune_sql, "VACUUM_WAIT", 0.2)
+    try:
+        await store.add("a")
+        await store.session.load("a")
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        original = prune_sql._vacuum
+
+        def locked(*args: Any) -> Any:  # another process writes while the prune vacuums
+            holder.execute("BEGIN EXCLUSIVE")
+            try:
+                return original(*args)
+            finally:
+                holder.execute("ROLLBACK")
+
+        monkeypatch.setattr(prune_sql, "_vacuum", locked)
+        with pytest.raises(StoreBusyError, match="the prune is done"):
+            await store.prune(keep_last=0, vacuum=True)
+        holder.close()
+        assert await store.sessions_left("a") == []
+    finally:
+        await store.close()
+
+
 async def test_a_file_made_with_incremental_auto_vacuum_is_trimmed(tmp_path: Path) -> None:
     path = tmp_path / "incremental.sqlite3"
     with sqlite3.connect(path) as conn:  # before the first table, as SQLite requires

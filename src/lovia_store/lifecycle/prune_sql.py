@@ -24,6 +24,7 @@ from ..checkpoints.sql import delete_runs
 from ..db.database import Database
 from ..db.dialect import db_clock_ms
 from ..db.tables import messages, run_heads, run_leases, session_runs, sessions, snapshots
+from ..errors import StoreBusyError, StoreUnavailableError
 from .retention import PruneOptions, PruneReport
 
 __all__ = ["prune_database", "reclaim_space"]
@@ -33,6 +34,8 @@ h = run_heads.c
 le = run_leases.c
 RESUMABLE = ("running", "interrupted")
 FINISHED = ("completed", "failed")
+VACUUM_WAIT = 30.0
+"""Seconds a vacuum waits for other connections' locks on the file."""
 REPORTED_BLOCKERS = 1000
 """At most this many blocking runs are named in a report (one is enough to block)."""
 
@@ -271,6 +274,21 @@ async def prune_database(db: Database, options: PruneOptions, *, dry_run: bool) 
 
 
 def _reclaim(path: str, full: bool, timeout: float) -> str | None:
+    try:
+        return _vacuum(path, full, timeout)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreBusyError(
+                f"the prune is done, but VACUUM found the file busy for {timeout:.0f} s ({exc}): "
+                "run it again with vacuum=True when writers are quieter",
+                retry_safe=True,
+            ) from exc
+        raise StoreUnavailableError(f"the prune is done, but VACUUM failed: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreUnavailableError(f"the prune is done, but VACUUM failed: {exc}") from exc
+
+
+def _vacuum(path: str, full: bool, timeout: float) -> str | None:
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
     try:
         if full:
@@ -291,4 +309,4 @@ async def reclaim_space(db: Database, *, full: bool) -> str | None:
     path = db.sqlite_path
     if path is None:
         return None
-    return await asyncio.to_thread(_reclaim, str(path), full, 30.0)
+    return await asyncio.to_thread(_reclaim, str(path), full, VACUUM_WAIT)
