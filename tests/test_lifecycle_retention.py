@@ -535,3 +535,41 @@ def test_the_command_asks_before_deleting(
     assert cli("--keep-last", "-1")[0] == 2
     assert cli("--older-than", "soon")[0] == 2
     assert cli("--yes")[0] == 2  # no criterion: a UserError
+
+
+async def test_lovias_own_runner_names_no_session_so_its_interrupted_run_blocks(
+    sql_backend: Backend,
+) -> None:
+    """lovia's Runner tells its checkpointer no session: the safe default prunes none."""
+    import lovia
+    from lovia.testing import ScriptedProvider, text
+    from lovia.testing import call as lovia_call
+
+    from lovia_store.integrations import lovia as ours
+
+    assert sql_backend.target is not None
+    async with Database(sql_backend.target) as db:
+        session, checkpointer = ours.SQLSession(db), ours.SQLCheckpointer(db)
+        done = lovia.Agent(name="bot", model=ScriptedProvider([text("hi")]))
+        await lovia.Runner.run(done, "hello", session=session, session_id="u1")
+        stuck = lovia.Agent(
+            name="bot", model=ScriptedProvider([lovia_call("weather", {"city": "Oslo"})])
+        )
+        with pytest.raises(lovia.MaxTurnsExceeded):
+            await lovia.Runner.run(
+                stuck,
+                "again",
+                session=session,
+                session_id="u1",
+                checkpoint=lovia.CheckpointOptions(checkpointer, "h"),
+                max_turns=1,
+            )
+        snapshot = await checkpointer.load("h")
+        assert snapshot is not None and snapshot.status == "interrupted"
+        later = datetime.now(UTC) + timedelta(days=1)
+        report = await prune(session, older_than=later)
+        assert report.sessions == [] and report.blocking_runs == ["h"]
+        assert len(await session.segments("u1")) == 1
+        report = await prune(session, older_than=later, unlinked_runs="ignore")
+        assert report.sessions == ["u1"]
+        assert await checkpointer.load("h") is not None  # resumable: kept
