@@ -280,3 +280,16 @@ async def test_a_lovia_run_in_flight_resumes_on_the_destination_with_lovias_runn
             assert resumed.output == "Umbrella."
             assert asked == ["Bern"]  # the tool that had run is not run again
             assert [s.run_id for s in await session.segments("u1")] == ["lovia-run"]
+
+
+@pytest.mark.postgres
+async def test_a_copy_into_a_postgresql_schema_lands_there(tmp_path: Path) -> None:
+    src = str(tmp_path / "src.sqlite3")
+    await populate(src, sessions=1, runs=2)
+    async with fresh_server_database("postgres") as url, Database(url, schema="tenant") as dst:
+        report = await copy_database(src, dst)
+        assert report.ok and report.inserted["message"] > 0
+        async with SQLSession(dst) as placed, SQLSession(src) as original:
+            assert await placed.load("lovia-0") == await original.load("lovia-0")
+        async with SQLSession(url) as default_schema:
+            assert await default_schema.load("lovia-0") == []

@@ -20,8 +20,10 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.util import await_only
 
 from ..db.database import Database
+from ..errors import ConflictError
 from .records import KINDS, DestinationConflictError, Kind, Record
 
 __all__ = ["LoadCounts", "Loader", "differing_columns", "find_existing", "key_of"]
@@ -197,9 +199,38 @@ class Loader:
 
 
 def _insert(conn: Connection, kind: Kind, rows: list[dict[str, Any]]) -> None:
-    """Insert ``rows`` in as few statements as their column sets allow."""
+    """Insert ``rows`` in as few statements as their column sets allow: on PostgreSQL
+    through asyncpg, with ``COPY`` (what a bulk load costs at its cheapest)."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row), []).append(row)
-    for group in groups.values():
-        conn.execute(kind.table.insert(), group)
+    for columns, group in groups.items():
+        if conn.dialect.driver == "asyncpg":
+            _copy(conn, kind, columns, group)
+        else:
+            conn.execute(kind.table.insert(), group)
+
+
+def _copy(
+    conn: Connection, kind: Kind, columns: tuple[str, ...], rows: list[dict[str, Any]]
+) -> None:
+    """``COPY`` the rows in, inside the unit's transaction (begun first if nothing ran
+    yet: SQLAlchemy begins lazily). The values are the ones the records hold, checked:
+    aware UTC datetimes, ints in range, text."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    if not raw.is_in_transaction():
+        conn.exec_driver_sql("SELECT 1")
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    records = [tuple(row[name] for name in columns) for row in rows]
+    try:
+        await_only(
+            raw.copy_records_to_table(
+                kind.table.name, records=records, columns=list(columns), schema_name=schema
+            )
+        )
+    except Exception as exc:
+        if not str(getattr(exc, "sqlstate", "")).startswith("23"):
+            raise
+        # An integrity violation: a writer inserted one of these keys since the look-up.
+        raise ConflictError(f"{kind.table.name}: a row was written meanwhile ({exc})") from None
