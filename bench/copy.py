@@ -170,7 +170,9 @@ def run_child(job: str, *args: str) -> dict[str, Any]:
 # -- the run -----------------------------------------------------------------------------------
 
 
-async def measure(entries: int, per_session: int, pg: str, folder: Path) -> dict[str, Any]:
+async def measure(
+    entries: int, per_session: int, pg: str, folder: Path, jobs: tuple[str, ...]
+) -> dict[str, Any]:
     from lovia_store import upgrade
 
     source = folder / f"source-{entries}.sqlite3"
@@ -184,11 +186,15 @@ async def measure(entries: int, per_session: int, pg: str, folder: Path) -> dict
         "baseline": run_child("baseline"),
     }
     for job in ("floor", "copy", "copy+verify"):
+        if job not in jobs:
+            continue
         destination = await fresh_pg(pg)
         try:
             results[job] = run_child(job, str(source), destination)
         finally:
             await drop_pg(pg, destination)
+    if "export" not in jobs:
+        return results
     for suffix in ("jsonl", "jsonl.gz"):
         path = folder / f"export-{entries}.{suffix}"
         results[f"export .{suffix}"] = run_child("export", str(source), str(path))
@@ -228,13 +234,15 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
         n = run["entries"]
         lines += [
             f"## {n:,} messages in {run['sessions']:,} sessions "
-            f"(SQLite source {run['source_mib']:.1f} MiB)",
+            f"(SQLite source {run['source_mib']:.1f} MiB, written in {run['make_source_s']:.0f} s)",
             "",
             "| operation | seconds | messages/s | vs floor | peak RSS (MiB) |",
             "| --- | ---: | ---: | ---: | ---: |",
         ]
-        floor_rate = n / run["floor"]["seconds"]
+        floor_rate = n / run["floor"]["seconds"] if "floor" in run else float("nan")
         for job in JOBS:
+            if job not in run:
+                continue
             result = run[job]
             if job == "baseline":
                 lines.append(f"| baseline (import lovia_store) | | | | {result['peak_mib']:.0f} |")
@@ -257,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-session", type=int, default=100)
     parser.add_argument("--pg", default=os.environ.get("LOVIA_BENCH_PG", DEFAULT_PG))
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--jobs",
+        default="floor,copy,copy+verify,export",
+        help="which to run, comma-separated (export includes the imports)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -267,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for entries in counts:
             print(f"bench.copy: {entries:,} messages", file=sys.stderr)
-            runs.append(asyncio.run(measure(entries, args.per_session, args.pg, Path(tmp))))
+            jobs = tuple(args.jobs.split(","))
+            runs.append(asyncio.run(measure(entries, args.per_session, args.pg, Path(tmp), jobs)))
     command = "python -m bench.copy " + " ".join(sys.argv[1:] if argv is None else argv)
     report = render(runs, command.strip())
     print(report)
