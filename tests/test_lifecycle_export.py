@@ -283,3 +283,50 @@ async def test_sessions_too_big_to_group_are_read_alone_with_the_same_lines(
     alone = tmp_path / "alone.jsonl"
     await export(source, alone)
     assert data_lines(alone) == data_lines(path)
+
+
+IMPORT_CHILD = """
+import asyncio, os, signal, sys
+from lovia_store.lifecycle import import_file
+
+def report(task, done, total):
+    if task == "importing records" and done >= int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(import_file(sys.argv[2], sys.argv[1], progress=report))
+"""
+
+
+async def test_an_import_killed_mid_way_is_finished_by_importing_again(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from lovia_store import AssistantTextEntry, Database, InputEntry
+
+    source, path = str(tmp_path / "source.sqlite3"), tmp_path / "big.jsonl.gz"
+    async with Database(source, synchronous="normal") as db:
+        session = SQLSession(db)
+        for s in range(12):
+            run = [
+                AssistantTextEntry(content=f"{s}.{e}")
+                if e % 2
+                else InputEntry(role="user", content="q")
+                for e in range(500)
+            ]
+            await session.append(f"s-{s:02d}", run, run_id=f"r-{s}")
+    await export(source, path)
+    target = str(tmp_path / "target.sqlite3")
+    child = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", IMPORT_CHILD, str(path), target, "4500"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr.decode()
+    async with SQLSession(target) as partial:
+        loaded = sum([len(await partial.load(f"s-{s:02d}")) for s in range(12)])
+    assert 0 < loaded < 6000  # really mid-way
+    report = await import_file(target, path)
+    assert report.unchanged["message"] == loaded
+    assert report.inserted["message"] + loaded == 6000
+    assert await public_reads(target) == await public_reads(source)
