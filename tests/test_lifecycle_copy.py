@@ -293,3 +293,42 @@ async def test_a_copy_into_a_postgresql_schema_lands_there(tmp_path: Path) -> No
             assert await placed.load("lovia-0") == await original.load("lovia-0")
         async with SQLSession(url) as default_schema:
             assert await default_schema.load("lovia-0") == []
+
+
+@pytest.mark.postgres
+async def test_a_copy_of_a_source_being_written_reports_truthfully(tmp_path: Path) -> None:
+    """Appends land in the source while it is copied: each session is copied as of one
+    moment (a prefix of the source's), and the verification calls a session equal
+    exactly when every public read of it is equal on both sides."""
+    src = str(tmp_path / "src.sqlite3")
+    async with Database(src, wal=True) as db:  # WAL: the copy reads while the writer writes
+        session = SQLSession(db)
+        for s in range(20):
+            await session.append(f"live-{s:02d}", lovia_entries(0), run_id=f"r-{s}-0")
+        stop = asyncio.Event()
+
+        async def write() -> int:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                await session.append(f"live-{n % 20:02d}", lovia_entries(n), run_id=f"w-{n}")
+                await asyncio.sleep(0)
+            return n
+
+        async with fresh_server_database("postgres") as dst:
+            writer = asyncio.create_task(write())
+            try:
+                report = await copy_database(src, dst)
+            finally:
+                stop.set()
+                written = await writer
+            assert written > 0
+            async with SQLSession(dst) as copied:
+                for check in report.sessions:
+                    mine = await session.load(check.session_id)
+                    theirs = await copied.load(check.session_id)
+                    assert theirs == mine[: len(theirs)]  # a prefix: never half a run
+                    same = theirs == mine and await session.segments(
+                        check.session_id
+                    ) == await copied.segments(check.session_id)
+                    assert check.equal == same, check.session_id
