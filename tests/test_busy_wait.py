@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
+from conftest import fresh_server_database
 from helpers import a_run
 from lovia_store import Database, SQLSession, StoreBusyError
 
@@ -107,3 +110,38 @@ async def test_a_first_open_waits_for_another_process_migrating_beyond_busy_time
         async with Database(path, busy_timeout=BUSY) as db:
             await SQLSession(db).append("s", a_run("1"), run_id="r1")
         assert time.monotonic() - started >= BUSY * 2
+
+
+# -- servers: their own lock timeout is the call's whole wait ------------------------------------
+
+SERVER_LOCK_TIMEOUT: dict[str, dict[str, Any]] = {  # one second, for our connections only
+    "postgres": {"server_settings": {"lock_timeout": "1000"}},
+    "mariadb": {"init_command": "SET SESSION innodb_lock_wait_timeout = 1"},
+}
+_LOCK_ROW = "SELECT session_id FROM lovia_sessions WHERE session_id = 's' FOR UPDATE"
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+async def test_a_server_lock_timeout_is_not_retried(kind: str) -> None:
+    """A lock wait timeout used to be retried: six times the server's timeout in all."""
+    async with fresh_server_database(kind) as url:
+        db = Database(url, connect_args=SERVER_LOCK_TIMEOUT[kind])
+        blocker = Database(url)
+        try:
+            session = SQLSession(db)
+            await session.append("s", a_run("0"), run_id="r0")
+            async with blocker.engine.connect() as holder:
+                await holder.begin()
+                await holder.execute(text(_LOCK_ROW))  # another transaction holds the row
+                started = time.monotonic()
+                with pytest.raises(StoreBusyError) as refused:
+                    await session.append("s", a_run("1"), run_id="r1")
+                waited = time.monotonic() - started
+                await holder.rollback()
+            assert 0.9 < waited < 2.5, waited
+            assert refused.value.retry_safe  # the caller may try again; nothing was written
+            assert [s.run_id for s in await session.segments("s")] == ["r0"]
+            await session.append("s", a_run("1"), run_id="r1")  # the lock gone, it goes in
+        finally:
+            await blocker.close()
+            await db.close()

@@ -31,9 +31,11 @@ __all__ = [
 # PostgreSQL SQLSTATEs that mean "lost a race, nothing applied":
 # serialization_failure, deadlock_detected, lock_not_available.
 _PG_BUSY = {"40001", "40P01", "55P03"}
+_PG_LOCK_TIMEOUT = "55P03"
 # MySQL/MariaDB: lock wait timeout, deadlock, and "table definition has changed"
 # (a transaction whose snapshot predates a concurrent migration's DDL).
 _MYSQL_BUSY = {1205, 1213, 1412}
+_MYSQL_LOCK_WAIT_TIMEOUT = 1205
 # Refusals at connect that repeating within a second cannot change: PostgreSQL's
 # invalid authorization (class 28), unknown database; MySQL's access denied and
 # unknown database.
@@ -223,7 +225,8 @@ def read_retry_safe(error: LoviaStoreError) -> None:
 def worth_retrying(error: LoviaStoreError) -> bool:
     """Whether ``Database`` should repeat a retry-safe call by itself.
 
-    Not after a timeout (the wait was spent already) nor after a refusal that
+    Not after a timeout (the wait was spent already: the driver's, PostgreSQL's
+    ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``) nor after a refusal that
     stays a refusal a second later: a wrong password or database name, an
     unknown host, a TLS failure. Those reach the caller at once.
     """
@@ -240,4 +243,6 @@ def worth_retrying(error: LoviaStoreError) -> bool:
             return False
         if _mysql_code(cause) in _MYSQL_REFUSED:
             return False
+        if code == _PG_LOCK_TIMEOUT or _mysql_code(cause) == _MYSQL_LOCK_WAIT_TIMEOUT:
+            return False  # the server's lock timeout is the call's whole wait
     return True
