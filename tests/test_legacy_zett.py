@@ -97,6 +97,9 @@ async def assert_matches(store: SQLSessionStorage, manifest: dict[str, Any]) -> 
             **summary,
             "created_at": when(summary["created_at"]),
             "updated_at": when(summary["updated_at"]),
+            # What zett-agent's manifest cannot know: an adopted session is no fork.
+            "forked_from_session_id": None,
+            "forked_at_entry": None,
         }
         assert await store.count_messages(sid) == len(session["raw_messages"])
         records = await store.list_raw_messages(sid)
