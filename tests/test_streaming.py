@@ -17,15 +17,21 @@ async def collect(store: SQLSession, session_id: str, **kwargs: Any) -> list[Any
 
 
 def count_reads(store: SQLSession) -> list[int]:
-    """Count the read transactions the store's Database runs from now on."""
+    """Count the reads (transactions and one-statement reads) the store's Database
+    runs from now on."""
     calls = [0]
-    read = store.database.read
+    read, read_one = store.database.read, store.database.read_one
 
     async def counting(work: Any, **options: Any) -> Any:
         calls[0] += 1
         return await read(work, **options)
 
+    async def counting_one(statement: Any, params: Any) -> Any:
+        calls[0] += 1
+        return await read_one(statement, params)
+
     store.database.read = counting  # type: ignore[method-assign]
+    store.database.read_one = counting_one  # type: ignore[method-assign]
     return calls
 
 
