@@ -134,6 +134,23 @@ async def fresh_server_database(kind: str) -> AsyncIterator[str]:
         await drop(url)
 
 
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mysql),
+    ]
+)
+async def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """One empty database on each SQL engine: a new SQLite file, or a fresh database
+    on the PostgreSQL or MariaDB server (dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'store.sqlite3'}"
+        return
+    async with fresh_server_database(request.param) as created:
+        yield created
+
+
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     """A fresh, empty PostgreSQL database for one test."""

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,7 +32,6 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from conftest import fresh_server_database
 from helpers import a_run
 from lovia_store import (
     Database,
@@ -65,20 +64,10 @@ def lovia_revisions() -> list[str]:
 LOVIA_HEAD = lovia_revisions()[-1]
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mysql),
-    ]
-)
-async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+@pytest.fixture
+def url(empty_database_url: str) -> str:
     """One empty database the host and lovia-store share."""
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}"
-        return
-    async with fresh_server_database(request.param) as created:
-        yield created
+    return empty_database_url
 
 
 @pytest.fixture

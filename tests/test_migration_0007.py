@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from alembic import command
@@ -15,7 +13,6 @@ from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from conftest import fresh_server_database
 from helpers import say, user
 from lovia_store import SQLSession, upgrade
 from lovia_store.db.schema import alembic_config
@@ -27,13 +24,9 @@ NEW = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
-async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.sqlite3'}"
-        return
-    async with fresh_server_database(request.param) as server:
-        yield server
+@pytest.fixture
+def url(empty_database_url: str) -> str:
+    return empty_database_url
 
 
 def _alembic(url: str, name: str, revision: str) -> None:
