@@ -103,8 +103,13 @@ def _encode(message: Any) -> str:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """``dataclasses.asdict``'s document for zett's values, sharing the leaves."""
+    if type(value) in _LEAVES:
+        return value
     names = _FIELDS.get(type(value))
     if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = _FIELDS[type(value)] = tuple(field.name for field in dataclasses.fields(value))
