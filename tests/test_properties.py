@@ -1,14 +1,16 @@
 """Hostile input on every backend, property-based (issue 18's permanent suite).
 
-Generated calls of the session, checkpoint and Raw Log APIs, with ids of any
+Generated calls of the session API (forks included), the checkpoint API (tool
+effects and run leases included) and the Raw Log API, with ids of any
 code point (lone surrogates, NUL, trailing spaces, case variants, 256 and
 more characters, wrong types), JSON values (integers past 64 bits, NaN and
 infinities, nesting around the 200-level limit, non-string keys), counts at
 and past every bound, and arguments of the wrong type, run on each backend
 (memory, SQLite in both journals, PostgreSQL through asyncpg and psycopg,
 MariaDB) beside a reference store fed the same calls: the in-memory stores for
-sessions and checkpoints, a SQLite file for the Raw Log (which has no
-in-memory store). Asserted, for every call:
+sessions and checkpoints (with the outcomes a SQL store's ``run_effect`` records
+beside it: the in-memory one refuses that call), a SQLite file for the Raw Log
+(which has no in-memory store). Asserted, for every call:
 
 - only ``LoviaStoreError`` subclasses escape, and both stores answer alike
   (the same value, or the same refusal class);
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -51,6 +54,7 @@ from lovia_store import (
     MessageTiming,
     ReasoningEntry,
     RunHead,
+    RunLease,
     SQLCheckpointer,
     SQLiteSessionStorage,
     SQLSession,
@@ -532,3 +536,396 @@ def test_the_suite_would_see_a_raw_exception() -> None:
     assert asyncio.run(outcome(ours)) == ("refused", "UserError")
     with pytest.raises(pytest.fail.Exception, match="TypeError escaped"):
         asyncio.run(outcome(raw))
+
+
+# -- tool effects ---------------------------------------------------------------------------
+
+
+def _result(call_id: Any, output: str, raw: Any) -> ToolResultEntry:
+    """The outcome ``run_effect`` records; a plain one when pydantic refuses the values."""
+    try:
+        return ToolResultEntry(call_id=call_id, output=output, raw=raw)
+    except ValueError:
+        return ToolResultEntry(call_id="c", output="plain")
+
+
+EFFECT_STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
+    "record_intent": st.tuples(st.just("record_intent"), IDS, CALL_IDS, IDS),
+    "tool_effects": st.tuples(st.just("tool_effects"), IDS),
+    "run_effect": st.tuples(
+        st.just("run_effect"), IDS, CALL_IDS, IDS, st.builds(_result, CALL_IDS, ANY_TEXT, JSON)
+    ),
+    "delete": st.tuples(st.just("delete"), IDS),
+}
+EFFECT_OPS = st.lists(weighted(EFFECT_STEPS, record_intent=3, run_effect=3), min_size=1, max_size=4)
+
+
+def effects_of(effects: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """tool_effects' answer without its clock."""
+    return {call_id: (e.tool_name, e.outcome) for call_id, e in effects.items()}
+
+
+class EffectReference:
+    """The in-memory checkpointer, plus the outcomes ``run_effect`` records: the memory
+    store refuses ``run_effect`` (no database to share a transaction with), a SQL store
+    runs the work and records its outcome (the first intent's tool name kept)."""
+
+    def __init__(self, transactional: bool) -> None:
+        self.store = InMemoryCheckpointer()
+        self.transactional = transactional
+        self.outcomes: dict[tuple[str, str], ToolResultEntry] = {}
+
+    async def call(self, op: tuple[Any, ...]) -> Any:
+        name, run_id, *args = op
+        if name == "run_effect":
+            call_id, tool_name, result = args
+            if not self.transactional:
+                return await self.store.run_effect(
+                    run_id, call_id, tool_name, lambda _: None, lambda _: result
+                )
+            # An outcome is recorded as an entry: refused as appending it would be.
+            await InMemoryCheckpointer().append("x", [result], RunHead(agent_name="a"))
+            await self.store.record_intent(run_id, call_id, tool_name)
+            self.outcomes[run_id, call_id] = result
+            return result.output
+        if name == "delete":
+            await self.store.delete(run_id)
+            self.outcomes = {k: v for k, v in self.outcomes.items() if k[0] != run_id}
+            return None
+        if name == "tool_effects":
+            return effects_of(await self.effects(run_id))
+        return await getattr(self.store, name)(run_id, *args)
+
+    async def effects(self, run_id: str) -> dict[str, Any]:
+        effects = await self.store.tool_effects(run_id)
+        for call_id, effect in effects.items():
+            outcome = self.outcomes.get((run_id, call_id))
+            if outcome is not None:
+                effects[call_id] = effect.model_copy(update={"outcome": outcome})
+        return effects
+
+
+def effect_call(store: Any, op: tuple[Any, ...]) -> Callable[[], Awaitable[Any]]:
+    name, run_id, *args = op
+    if name == "run_effect":
+        call_id, tool_name, result = args
+        return lambda: store.run_effect(
+            run_id, call_id, tool_name, lambda _conn: result.output, lambda _value: result
+        )
+    if name == "tool_effects":
+
+        async def listed() -> Any:
+            return effects_of(await store.tool_effects(run_id))
+
+        return listed
+    return lambda: getattr(store, name)(run_id, *args)
+
+
+async def play_effects(
+    ours: Any, reference: EffectReference, ops: list[tuple[Any, ...]], canary: list[int]
+) -> None:
+    for op in ops:
+        run_id = op[1]
+        before = effects_of(await ours.tool_effects(run_id)) if readable(run_id) else None
+        got = await outcome(effect_call(ours, op))
+        expected = await outcome(functools.partial(reference.call, op))
+        assert got == expected, op
+        if readable(run_id):
+            after = effects_of(await ours.tool_effects(run_id))
+            assert after == effects_of(await reference.effects(run_id)), op
+            if got[0] == "refused":
+                assert after == before, op
+        canary[0] += 1
+        call = f"canary-{canary[0]}"
+        await ours.record_intent("canary", call, "tool")
+        assert (await ours.tool_effects("canary"))[call].tool_name == "tool"
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_tool_effects(kind: str) -> None:
+    with database(kind) as (runner, db):
+        ours: Any = InMemoryCheckpointer() if db is None else SQLCheckpointer(db)
+        reference = EffectReference(transactional=db is not None)
+        canary = [0]
+
+        @EXAMPLES
+        @given(EFFECT_OPS)
+        def check(ops: list[tuple[Any, ...]]) -> None:
+            runner.run(play_effects(ours, reference, ops, canary))
+
+        check()
+
+
+# -- run leases -----------------------------------------------------------------------------
+
+# Long enough never to expire during a test (expiry is each store's own clock), or refused.
+TTLS = st.one_of(
+    st.sampled_from([3600, 86_400.5, 365 * 24 * 3600.0]),
+    st.sampled_from([3600, 86_400.5, 365 * 24 * 3600.0]),
+    st.sampled_from([0, -1, 365 * 24 * 3600.0 + 1, math.nan, math.inf, True, "30", None]),
+    FLOATS,
+)
+
+
+def _forged(run_id: Any, token: Any, lease_id: Any, ttl: Any) -> Any:
+    """A lease no store handed out (or not a lease at all, when pydantic refuses)."""
+    try:
+        return RunLease(
+            run_id=run_id, token=token, lease_id=lease_id, holder="h", ttl=ttl, expires_at=NOW
+        )
+    except ValueError:
+        return {"run_id": run_id}
+
+
+# A lease is named by its index among those taken so far (each store's own, paired), or
+# forged; "write" is a checkpoint append fenced by it.
+LEASE_USED = st.one_of(
+    st.integers(0, 7),
+    st.integers(0, 7),
+    st.builds(
+        _forged,
+        IDS,
+        st.one_of(st.integers(1, 3), INTS),
+        st.one_of(st.just("0" * 32), ANY_TEXT),
+        TTLS,
+    ),
+    st.sampled_from([None, "lease"]),
+)
+LEASE_STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
+    "acquire": st.tuples(st.just("acquire"), IDS, TTLS),
+    "renew": st.tuples(st.just("renew"), LEASE_USED),
+    "release": st.tuples(st.just("release"), LEASE_USED),
+    "write": st.tuples(st.just("write"), LEASE_USED, st.one_of(st.none(), st.none(), IDS)),
+}
+LEASE_OPS = st.lists(weighted(LEASE_STEPS, acquire=3, release=2), min_size=1, max_size=4)
+
+
+def lease_view(value: Any) -> Any:
+    """A lease without what each store makes up (its id, its expiry)."""
+    if isinstance(value, RunLease):
+        return (value.run_id, value.token, value.holder, value.ttl)
+    return value
+
+
+def lease_call(
+    store: Any, taken: list[Any], op: tuple[Any, ...]
+) -> tuple[Any, Callable[[], Awaitable[Any]]]:
+    """The run the call names (or None) and the call, with this store's own leases."""
+    name, *args = op
+    if name == "acquire":
+        run_id, ttl = args
+        return run_id, lambda: store.acquire_lease(run_id, ttl=ttl)
+    used = args[0]
+    lease = taken[used % len(taken)] if isinstance(used, int) and taken else used
+    named = lease.run_id if isinstance(lease, RunLease) else None
+    if name == "renew":
+        return named, lambda: store.renew_lease(lease)
+    if name == "release":
+        return named, lambda: store.release_lease(lease)
+    run_id = named if args[1] is None else args[1]  # mostly the lease's own run
+    head = RunHead(agent_name="a", turns=len(taken), updated_at=0.0)
+    return run_id, lambda: store.append(run_id, [], head, lease=lease)
+
+
+async def play_leases(
+    ours: Any,
+    reference: InMemoryCheckpointer,
+    taken: tuple[list[Any], list[Any]],
+    ops: list[tuple[Any, ...]],
+) -> None:
+    for op in ops:
+        run_id, ours_call = lease_call(ours, taken[0], op)
+        _, reference_call = lease_call(reference, taken[1], op)
+        before = await ours.load(run_id) if readable(run_id) else None
+        got = await outcome(ours_call)
+        expected = await outcome(reference_call)
+        assert (got[0], lease_view(got[1])) == (expected[0], lease_view(expected[1])), op
+        if got[0] == "ok" and op[0] == "acquire":
+            taken[0].append(got[1])
+            taken[1].append(expected[1])
+        if readable(run_id):
+            after = await ours.load(run_id)
+            assert after == await reference.load(run_id), op
+            if got[0] == "refused":
+                assert after == before, op
+        # The canary: a lease taken and given back on the same store.
+        lease = await ours.acquire_lease("canary", ttl=3600)
+        await ours.release_lease(lease)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_leases(kind: str) -> None:
+    with database(kind) as (runner, db):
+        ours: Any = InMemoryCheckpointer() if db is None else SQLCheckpointer(db)
+        reference = InMemoryCheckpointer()
+        taken: tuple[list[Any], list[Any]] = ([], [])
+
+        @EXAMPLES
+        @given(LEASE_OPS)
+        def check(ops: list[tuple[Any, ...]]) -> None:
+            runner.run(play_leases(ours, reference, taken, ops))
+
+        check()
+
+
+# -- session forks --------------------------------------------------------------------------
+
+# Appends that are accepted, so that forks have entries to take.
+PLAIN = st.builds(InputEntry, role=st.just("user"), content=st.text(max_size=3))
+FORK_STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
+    **SESSION_STEPS,
+    "seed": st.tuples(
+        st.just("append"),
+        st.sampled_from(VARIANTS),
+        st.lists(PLAIN, min_size=1, max_size=3),
+        st.sampled_from(VARIANTS),
+        st.none(),
+    ),
+    "fork": st.tuples(st.just("fork"), IDS, IDS, COUNTS),
+    # A fork that can be accepted: a known origin, a new id, a count within it.
+    "branch": st.tuples(
+        st.just("fork"),
+        st.sampled_from(VARIANTS),
+        st.from_regex(r"f-[a-z0-9]{5}", fullmatch=True),
+        st.integers(0, 4),
+    ),
+    "fork_origin": st.tuples(st.just("fork_origin"), IDS),
+}
+FORK_OPS = st.lists(
+    weighted(FORK_STEPS, seed=4, fork=2, branch=4, fork_origin=2), min_size=1, max_size=4
+)
+
+
+def fork_call(store: Any, op: tuple[Any, ...]) -> Callable[[], Awaitable[Any]]:
+    if op[0] == "fork":
+        _, sid, new_sid, keep = op
+        return lambda: store.fork(sid, new_sid, keep_entries=keep)
+    return session_call(store, op)
+
+
+async def session_state(store: Any, sids: list[str]) -> list[Any]:
+    return [(await store.segments(sid), await store.fork_origin(sid)) for sid in sids]
+
+
+async def play_forks(
+    ours: Any, reference: InMemorySession, ops: list[tuple[Any, ...]], canary: list[int]
+) -> None:
+    for op in ops:
+        named = [op[1], op[2]] if op[0] == "fork" else [op[1]]
+        sids = [sid for sid in named if readable(sid)]
+        before = await session_state(ours, sids)
+        got = await outcome(fork_call(ours, op))
+        expected = await outcome(fork_call(reference, op))
+        assert got == expected, op
+        after = await session_state(ours, sids)
+        assert after == await session_state(reference, sids), op
+        for sid in sids:
+            assert await ours.load(sid) == await reference.load(sid), op
+        if got[0] == "refused":
+            assert after == before, op
+        canary[0] += 1
+        run = f"canary-{canary[0]}"
+        assert await ours.append("canary", [InputEntry(role="user", content=run)], run_id=run)
+        assert await ours.fork_origin("canary") is None
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_session_forks(kind: str) -> None:
+    with database(kind) as (runner, db):
+        ours: Any = InMemorySession() if db is None else SQLSession(db)
+        reference = InMemorySession()
+        canary = [0]
+        for store in (ours, reference):  # origins to fork: each variant id, two runs
+            for sid in VARIANTS:
+                for run in ("r1", "r2"):
+                    entries = [InputEntry(role="user", content=f"{sid}/{run}/{i}") for i in (1, 2)]
+                    runner.run(store.append(sid, entries, run_id=run))
+
+        @EXAMPLES
+        @given(FORK_OPS)
+        def check(ops: list[tuple[Any, ...]]) -> None:
+            runner.run(play_forks(ours, reference, ops, canary))
+
+        check()
+
+
+# -- regressions the suite found ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_a_forged_lease_is_refused_before_any_sql(kind: str) -> None:
+    """A lease whose ids, token or ttl no store hands out reached the driver unchecked
+    (raw ``UnicodeEncodeError``, ``OverflowError``, ``ValueError`` on the SQL stores,
+    ``RunOwnershipLost`` in memory); now ``UserError`` everywhere, the real lease intact."""
+
+    async def play(store: Any) -> None:
+        lease = await store.acquire_lease("r", ttl=3600)
+        forged = [
+            {"run_id": "\ud800"},
+            {"run_id": "r\x00"},
+            {"run_id": "r" * 256},
+            {"lease_id": ""},
+            {"lease_id": "\udfff"},
+            {"token": 2**64},
+            {"token": 0},
+            {"ttl": math.nan},
+            {"ttl": math.inf},
+            {"ttl": 9.2e15},
+        ]
+        for change in forged:
+            bad = lease.model_copy(update=change)
+            head = RunHead(agent_name="a")
+            for call in (
+                functools.partial(store.renew_lease, bad),
+                functools.partial(store.release_lease, bad),
+                functools.partial(store.append, bad.run_id, [], head, lease=bad),
+            ):
+                assert await outcome(call) == ("refused", "UserError"), change
+        assert (await store.renew_lease(lease)).token == lease.token
+        await store.release_lease(lease)
+
+    with database(kind) as (runner, db):
+        runner.run(play(InMemoryCheckpointer() if db is None else SQLCheckpointer(db)))
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_tool_effects_refuses_a_bad_run_id_on_every_backend(kind: str) -> None:
+    """The in-memory store answered ``{}`` where the SQL stores refuse."""
+
+    async def play(store: Any) -> None:
+        for run_id in ["", None, "r\x00", "\ud800", "r" * 256]:
+            listed = functools.partial(store.tool_effects, run_id)
+            assert await outcome(listed) == ("refused", "UserError")
+        assert await store.tool_effects("r") == {}
+
+    with database(kind) as (runner, db):
+        runner.run(play(InMemoryCheckpointer() if db is None else SQLCheckpointer(db)))
+
+
+@pytest.mark.parametrize("kind", SQL_KINDS)
+def test_an_effect_outcome_that_would_not_read_back_is_refused(kind: str) -> None:
+    """``run_effect`` stored NaN as null and nesting no read could parse; such an
+    outcome is now refused as an appended entry is, and nothing is recorded."""
+
+    async def play(store: SQLCheckpointer) -> None:
+        bad: list[Any] = [
+            ToolResultEntry(call_id="c", output="x", raw=math.nan),
+            ToolResultEntry(call_id="c", output="x", raw={"k": -math.inf}),
+            ToolResultEntry(call_id="c", output="x", raw=nested(201)),
+            ToolResultEntry(call_id="c", output="\ud800"),
+            "not an entry",
+        ]
+        for result in bad:
+            made = functools.partial(lambda _v, entry: entry, entry=result)
+            refused = await outcome(
+                functools.partial(store.run_effect, "r", "c", "t", lambda _conn: 1, made)
+            )
+            assert refused == ("refused", "UserError"), result
+            assert await store.tool_effects("r") == {}
+        good = ToolResultEntry(call_id="c", output="x", raw={"n": 2**63 - 1})
+        assert await store.run_effect("r", "c", "t", lambda _conn: 1, lambda _v: good) == 1
+        assert (await store.tool_effects("r"))["c"].outcome == good
+
+    with database(kind) as (runner, db):
+        assert db is not None
+        runner.run(play(SQLCheckpointer(db)))

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import RunOwnershipLost, UserError
+from ..validation import check_count, check_id
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -91,8 +92,14 @@ def check_ttl(ttl: Any) -> float:
 
 
 def check_lease(lease: Any) -> RunLease:
+    """A lease as a store hands it out: a forged or altered one is refused before any
+    SQL (its ids, token and ttl would otherwise reach a driver unchecked)."""
     if not isinstance(lease, RunLease):
         raise UserError(f"lease must be a RunLease, not {type(lease).__name__}")
+    check_id(lease.run_id, "lease.run_id")
+    check_id(lease.lease_id, "lease.lease_id")
+    check_count(lease.token, "lease.token", minimum=1)
+    check_ttl(lease.ttl)
     return lease
 
 

@@ -216,6 +216,7 @@ class InMemoryCheckpointer:
         return renewed
 
     async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
+        check_id(run_id, "run_id")  # the same refusal as the SQL stores
         async with self._lock:
             return {k: v.model_copy() for k, v in self._effects.get(run_id, {}).items()}
 

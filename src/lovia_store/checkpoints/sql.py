@@ -23,12 +23,13 @@ from ..entries import (
     TranscriptEntry,
     Where,
     check_entries,
+    check_entry_values,
     entries_from_json_rows,
     entry_to_json,
     rows_of,
     stored_model,
 )
-from ..errors import ConflictError
+from ..errors import ConflictError, UserError
 from ..validation import check_effect_ids, check_id
 from . import sql_leases
 from .contract import (
@@ -282,7 +283,7 @@ class SQLCheckpointer(SQLStore):
         def transaction(conn: Connection) -> Any:
             sql_leases.fence(conn, lease)
             value = _as_host(conn, work)
-            document = outcome(value).model_dump_json()
+            document = _outcome_document(outcome(value))
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
             conn.execute(
                 tool_effects.update()
@@ -292,6 +293,16 @@ class SQLCheckpointer(SQLStore):
             return value
 
         return await self.database.write(transaction)
+
+
+def _outcome_document(entry: Any) -> str:
+    """The recorded outcome, refused (and the effect rolled back with it) unless it reads
+    back exactly: pydantic would write NaN as null, and nesting past the limit could
+    never be read again."""
+    if not isinstance(entry, ToolResultEntry):
+        raise UserError(f"outcome must return a ToolResultEntry, not {type(entry).__name__}")
+    check_entry_values(entry, "run_effect's outcome")
+    return entry.model_dump_json()
 
 
 def _as_host(conn: Connection, work: Callable[[Connection], Any]) -> Any:
