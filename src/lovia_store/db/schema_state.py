@@ -101,8 +101,13 @@ _FIRST_TABLES = frozenset(
 )
 """What revision 0001 creates, and so what a first migration that failed half-way on
 MySQL/MariaDB (where each DDL statement commits) may have left with no revision."""
-_LATER_COLUMNS = {"lovia_messages": frozenset({"updated_at"})}
-"""Columns of 0001's tables that later revisions add."""
+_LATER_COLUMNS = {
+    "lovia_messages": frozenset({"updated_at"}),  # 0002
+    "lovia_sessions": frozenset({"forked_from_session_id", "forked_at_entry"}),  # 0007
+    "lovia_run_heads": frozenset({"session_id"}),  # 0007
+}
+"""Columns of 0001's tables that later revisions add (a revision adding a column to
+one of them adds it here too)."""
 
 
 def _foreign_tables(
