@@ -332,7 +332,7 @@ async def test_a_crashed_holder_on_this_host_is_taken_over_at_once(
 
 async def test_a_live_holder_on_another_host_is_waited_out(db: Database, tmp_path: Path) -> None:
     """Its pid means nothing here, so only the lease's expiry lets the run be taken over."""
-    ttl = 1.0
+    ttl = 4.0  # long enough that a loaded machine reaches the first re-issue before expiry
     checkpointer = SQLCheckpointer(db)
     lease = await checkpointer.acquire_lease(RUN_ID, ttl=ttl)
     # What a runner stores first: the input, under its lease. Then it "moved" hosts.
