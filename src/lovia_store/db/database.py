@@ -223,11 +223,18 @@ class Database:
         await self.ensure_schema()
         return await self.write_unchecked(work)
 
-    async def read_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
+    async def read_one(
+        self, statement: Statement, params: Mapping[str, Any], *, first_column: bool = False
+    ) -> Sequence[Any]:
         """The rows of one statement, which sees one snapshot by itself: on
-        PostgreSQL it runs without BEGIN and COMMIT (two round trips fewer)."""
+        PostgreSQL it runs without BEGIN and COMMIT (two round trips fewer).
+
+        ``first_column``: the first value of each row instead, taken where the
+        statement ran (SQLite's thread), so a long result reaches the caller as one
+        list of values, not as thousands of row objects its garbage collector must
+        walk while it decodes them."""
         await self.ensure_schema()
-        return await self._read(_one(statement, params), single_statement=True)
+        return await self._read(_one(statement, params, first_column), single_statement=True)
 
     async def write_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
         """Run one statement that returns rows, atomic by itself, and return them.
@@ -391,11 +398,14 @@ Statement = Prepared | Executable
 """What ``read_one`` and ``write_one`` run: a ``Prepared`` or a Core statement."""
 
 
-def _one(statement: Statement, params: Mapping[str, Any]) -> Work[Sequence[Any]]:
-    if isinstance(statement, Prepared):
-        return lambda conn: statement.execute(conn, params).all()
-
+def _one(
+    statement: Statement, params: Mapping[str, Any], first_column: bool = False
+) -> Work[Sequence[Any]]:
     def work(conn: Connection) -> Sequence[Any]:
-        return conn.execute(statement, dict(params)).all()
+        if isinstance(statement, Prepared):
+            rows = statement.execute(conn, params).all()
+        else:
+            rows = conn.execute(statement, dict(params)).all()
+        return [row[0] for row in rows] if first_column else rows
 
     return work

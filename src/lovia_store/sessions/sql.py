@@ -73,9 +73,9 @@ class SQLSession(SQLStore):
         """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
-        rows = await self.database.read_one(LOAD, {"sid": session_id})
+        documents = await self.database.read_one(LOAD, {"sid": session_id}, first_column=True)
         # One document per entry: a row holding several (a zett message) is split.
-        return expand_documents([document for (document,) in rows])
+        return expand_documents(documents)
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too
