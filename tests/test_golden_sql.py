@@ -133,6 +133,7 @@ def _density_first(caps: Capabilities) -> bool:
 # (rendered elsewhere as a comment saying so). Each name must exist.
 RUNS_WHERE: dict[str, Runs] = {
     "lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.checkpoints.sql_steps:_APPEND_LINKING_IN_ONE_STATEMENT": _one_statement,
     "lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES": _portable,
     "lovia_store.checkpoints.sql_leases:_EXPIRES": _read_back,
     "lovia_store.checkpoints.sql_leases:_RENEW": _returning,
@@ -192,9 +193,15 @@ BUILDERS = (
     Builder(log.__name__, "bump_statement(dialect)", log.bump_statement, log._bump),
     Builder(
         sql_steps.__name__,
-        "_upsert(dialect)",
-        sql_steps._upsert,
-        sql_steps._prepared_upsert,
+        "_upsert(dialect, links_session=False)",
+        lambda name: sql_steps._upsert(name, False),
+        lambda name: sql_steps._prepared_upsert(name, False),
+    ),
+    Builder(
+        sql_steps.__name__,
+        "_upsert(dialect, links_session=True)",
+        lambda name: sql_steps._upsert(name, True),
+        lambda name: sql_steps._prepared_upsert(name, True),
     ),
     *(_insert_ignore_builder(table, columns) for table, columns in _INSERT_IGNORED.items()),
 )
@@ -398,7 +405,9 @@ def test_backend_restrictions_name_existing_statements() -> None:
 def test_the_prepared_builders_run_the_rendered_statements() -> None:
     for name in ("sqlite", "postgresql", "mysql"):
         assert log._bump(name).statement is log.bump_statement(name)
-        assert sql_steps._prepared_upsert(name).statement is sql_steps._upsert(name)
+        for links_session in (False, True):
+            upsert = sql_steps._prepared_upsert(name, links_session)
+            assert upsert.statement is sql_steps._upsert(name, links_session)
 
 
 def _package_modules() -> list[str]:

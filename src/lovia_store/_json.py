@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
 from .errors import StoredValueError, UserError
 
-__all__ = ["MAX_DEPTH", "check_text", "check_value", "dump_object", "load_object"]
+__all__ = [
+    "MAX_DEPTH",
+    "check_text",
+    "check_value",
+    "dump_object",
+    "explain_refusal",
+    "is_clean",
+    "load_object",
+]
 
 MAX_DEPTH = 200
 """Arrays and objects nested at most this deep in a caller's JSON value (its own
@@ -48,8 +57,13 @@ def check_value(value: Any, what: str, *, models: bool = False) -> None:
     object's (the entries and heads a store encodes). Iterative, so a value
     nested 10,000 deep is a ``UserError``, never a ``RecursionError``.
     """
-    if _clean(value, models):  # the common case, without building paths
-        return
+    if not is_clean(value, models=models):  # the common case, without building paths
+        explain_refusal(value, what, models=models)
+
+
+def explain_refusal(value: Any, what: str, *, models: bool = False) -> None:
+    """``check_value``'s rules, walked with each item's path: raises ``UserError``
+    saying where and what is wrong (returns when nothing is)."""
     stack: list[tuple[Any, str, int]] = [(value, what, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -81,45 +95,67 @@ def check_value(value: Any, what: str, *, models: bool = False) -> None:
         raise UserError(f"{path} holds a {type(item).__name__}, which is not JSON")
 
 
-_ATOMS = (type(None), bool, int)
+def is_clean(value: Any, *, models: bool = False) -> bool:
+    """``check_value``'s rules, with no messages: True when it would pass ``value``.
+    False refuses a value of JSON's own types; a subclass (an ``IntEnum``) or
+    another type is left to ``explain_refusal``, which judges it.
 
-
-def _clean(value: Any, models: bool) -> bool:
-    """Whether ``check_value`` would pass ``value``: the same rules, no messages."""
+    It runs on every append's entries and head, so it is written for speed:
+    leaves (most of a value) are judged where their container is walked and only
+    containers go on the stack; a model class is recognised by a set lookup
+    (an ``isinstance`` against pydantic's metaclass costs more than a field's check).
+    """
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _encodes(value)
+    if kind is float:
+        return math.isfinite(value)
+    if value is None or kind is int or kind is bool:
+        return True
     stack: list[tuple[Any, int]] = [(value, 0)]
-    pop, push = stack.pop, stack.append
+    pop, push, finite = stack.pop, stack.append, math.isfinite
     while stack:
         item, depth = pop()
-        kind = type(item)
-        if kind is str:
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return False
-            continue
-        if kind in _ATOMS:
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return False
-            continue
         if depth >= MAX_DEPTH:
             return False
-        depth += 1
+        kind = type(item)
         if kind is dict:
-            for key, v in item.items():
+            for key in item:
                 if type(key) is not str or not (key.isascii() or _encodes(key)):
                     return False
-                push((v, depth))
+            children: Iterable[Any] = item.values()
         elif kind is list or kind is tuple:
-            for v in item:
-                push((v, depth))
-        elif models and isinstance(item, BaseModel):
-            for v in item.__dict__.values():
-                push((v, depth))
+            children = item
+        elif models and (kind in _MODELS or _is_model(kind)):
+            children = item.__dict__.values()
         else:
             return False  # a subclass or another type: the slow walk decides
+        depth += 1
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                if not child.isascii():
+                    try:
+                        child.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return False
+            elif kind is float:
+                if not finite(child):
+                    return False
+            elif not (child is None or kind is int or kind is bool):
+                push((child, depth))
+    return True
+
+
+_MODELS: set[type] = set()
+"""Model classes ``is_clean`` has met (a bounded number: the entry and head models)."""
+
+
+def _is_model(kind: type) -> bool:
+    if not issubclass(kind, BaseModel):
+        return False
+    if len(_MODELS) < 1024:
+        _MODELS.add(kind)
     return True
 
 

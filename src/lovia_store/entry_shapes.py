@@ -11,12 +11,12 @@ Every store checks the entries it is given here (``check_entries``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from ._json import check_value
+from ._json import check_value, is_clean
 from .errors import UnknownEntryTypeError, UserError
 
 __all__ = [
@@ -126,6 +126,7 @@ TranscriptEntry = Annotated[
 
 ENTRY_TYPES = frozenset({"input", "assistant_text", "reasoning", "tool_call", "tool_result"})
 ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
+_ENTRY_TYPES = frozenset(ENTRY_CLASSES)
 
 _ENTRY: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)
 ENTRY_LIST: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
@@ -205,19 +206,24 @@ def check_entry_values(entry: TranscriptEntry, what: str) -> None:
 def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
     """Accept only transcript entries whose values round-trip exactly; anything
     else is a caller's mistake (``UserError``)."""
-    if isinstance(entries, str | bytes | dict) or not isinstance(entries, Iterable):
+    if type(entries) is not list and (
+        isinstance(entries, str | bytes | dict) or not isinstance(entries, Iterable)
+    ):
         raise UserError(
             f"entries must be a sequence of transcript entries, not {type(entries).__name__}"
         )
     out: list[TranscriptEntry] = []
     for index, entry in enumerate(entries):
-        if not isinstance(entry, ENTRY_CLASSES):
+        # Exact classes first: an isinstance against pydantic's metaclass costs
+        # more than the rest of an entry's check.
+        if type(entry) not in _ENTRY_TYPES and not isinstance(entry, ENTRY_CLASSES):
             raise UserError(
                 f"entries[{index}] is {type(entry).__name__}, not a transcript entry "
                 "(build one with entry_from_dict)"
             )
-        check_entry_values(entry, f"entries[{index}]")
-        out.append(entry)
+        if not is_clean(entry, models=True):
+            check_entry_values(entry, f"entries[{index}]")  # raises, saying what is wrong
+        out.append(cast(TranscriptEntry, entry))
     return out
 
 

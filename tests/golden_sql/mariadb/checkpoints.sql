@@ -9,8 +9,14 @@ WHERE lovia_run_heads.run_id = :run_id;
 -- lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT (prepared)
 -- not run on mariadb (runs where: one_statement_writes)
 
+-- lovia_store.checkpoints.sql_steps:_APPEND_LINKING_IN_ONE_STATEMENT (prepared)
+-- not run on mariadb (runs where: one_statement_writes)
+
 -- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 INSERT INTO lovia_run_entries (run_id, `position`, entry_json) VALUES (:run_id, :position, :entry_json);
 
--- lovia_store.checkpoints.sql_steps:_upsert(dialect) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now, session_id = coalesce(:session_id, lovia_run_heads.session_id);
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=False) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now;
+
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=True) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now, session_id = :session_id;

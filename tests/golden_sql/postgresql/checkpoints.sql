@@ -8,7 +8,16 @@ WHERE lovia_run_heads.run_id = :run_id::VARCHAR;
 
 -- lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT (prepared)
 WITH head AS
-(INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = coalesce(:session_id::VARCHAR, lovia_run_heads.session_id) RETURNING lovia_run_heads.entry_count),
+(INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_run_heads.entry_count),
+entries AS
+(INSERT INTO lovia_run_entries (run_id, position, entry_json) SELECT :run_id::VARCHAR AS anon_1, (head.entry_count - :count::BIGINT) + given.ordinality AS anon_2, given.entry_json AS entry_json
+FROM head JOIN unnest(:documents::TEXT[]) WITH ORDINALITY AS given(entry_json, ordinality) ON true)
+ SELECT head.entry_count
+FROM head;
+
+-- lovia_store.checkpoints.sql_steps:_APPEND_LINKING_IN_ONE_STATEMENT (prepared)
+WITH head AS
+(INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = :session_id::VARCHAR RETURNING lovia_run_heads.entry_count),
 entries AS
 (INSERT INTO lovia_run_entries (run_id, position, entry_json) SELECT :run_id::VARCHAR AS anon_1, (head.entry_count - :count::BIGINT) + given.ordinality AS anon_2, given.entry_json AS entry_json
 FROM head JOIN unnest(:documents::TEXT[]) WITH ORDINALITY AS given(entry_json, ordinality) ON true)
@@ -18,5 +27,8 @@ FROM head;
 -- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
--- lovia_store.checkpoints.sql_steps:_upsert(dialect) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = coalesce(:session_id::VARCHAR, lovia_run_heads.session_id) RETURNING lovia_run_heads.entry_count;
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=False) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_run_heads.entry_count;
+
+-- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=True) (prepared)
+INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE, session_id = :session_id::VARCHAR RETURNING lovia_run_heads.entry_count;
