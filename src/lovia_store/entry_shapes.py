@@ -126,7 +126,7 @@ TranscriptEntry = Annotated[
 
 ENTRY_TYPES = frozenset({"input", "assistant_text", "reasoning", "tool_call", "tool_result"})
 ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
-_ENTRY_TYPES = frozenset(ENTRY_CLASSES)
+_EXACT_ENTRY_CLASSES = frozenset(ENTRY_CLASSES)
 
 _ENTRY: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)
 ENTRY_LIST: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
@@ -216,7 +216,7 @@ def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
     for index, entry in enumerate(entries):
         # Exact classes first: an isinstance against pydantic's metaclass costs
         # more than the rest of an entry's check.
-        if type(entry) not in _ENTRY_TYPES and not isinstance(entry, ENTRY_CLASSES):
+        if type(entry) not in _EXACT_ENTRY_CLASSES and not isinstance(entry, ENTRY_CLASSES):
             raise UserError(
                 f"entries[{index}] is {type(entry).__name__}, not a transcript entry "
                 "(build one with entry_from_dict)"

@@ -34,8 +34,8 @@ def _upsert(dialect: str, links_session: bool) -> Executable:
     (retention keeps that session while the run can resume). A write that names
     none keeps the link an earlier write made by leaving the column out of its
     update: SQLite rewrites an indexed column's index entry whenever the column
-    is assigned, even to its own value (measured: about a tenth of a step's
-    time at ``synchronous=NORMAL``).
+    is assigned, even to its own value (measured on SQLite alone: 5-6 µs of a
+    40 µs step).
     """
     now = bindparam("now", type_=UTCDateTime())
     session = bindparam("session_id", type_=String())
