@@ -446,8 +446,8 @@ def check_every_prepared_is_rendered() -> None:
     for name in _package_modules():
         importlib.import_module(name)
     made: list[Prepared] = []
-    for dialect_key in DIALECTS:
-        name = DIALECTS[dialect_key]().name
+    # Connected to MariaDB, the dialect is named "mariadb": the same statements, under that name.
+    for name in [*(DIALECTS[key]().name for key in DIALECTS), "mariadb"]:
         for builder in BUILDERS:
             built = builder.prepared(name) if builder.prepared else builder.build(name)
             made.append(built)
@@ -475,16 +475,22 @@ def check_every_prepared_is_rendered() -> None:
 
 async def test_insert_ignore_is_rendered_with_the_columns_its_callers_pass(tmp_path: Path) -> None:
     """The writes that insert-if-absent, run on SQLite, hit exactly the cached
-    statements rendered here (``_insert_ignore`` is cached by its columns)."""
+    statements rendered here (``_insert_ignore`` is cached by its columns), which
+    a Database builds when it opens (``prepare_insert_ignore``): the writes build none."""
     session = SQLiteSession(tmp_path / "sessions.db")
     checkpointer = SQLiteCheckpointer(tmp_path / "runs.db")
     try:
+        await session.database.ensure_schema()
+        await checkpointer.database.ensure_schema()
+        opened = db_dialect._insert_ignore.cache_info()
         await session.append("s", [user("hi")], run_id="r")
         await checkpointer.acquire_lease("run")
         await checkpointer.record_intent("run", "call", "tool")
     finally:
         await session.close()
         await checkpointer.close()
+    written = db_dialect._insert_ignore.cache_info()
+    assert written.misses == opened.misses and written.hits >= opened.hits + 3
     for table, columns in _INSERT_IGNORED.items():
         before = db_dialect._insert_ignore.cache_info()
         db_dialect._insert_ignore("sqlite", table, columns)

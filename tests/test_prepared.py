@@ -130,3 +130,48 @@ def test_a_module_constant_that_cannot_be_prepared_fails_its_import(tmp_path: An
     )
     assert child.returncode == 1
     assert "NotPreparableError" in child.stderr and "'lovia_sessions.created_at'" in child.stderr
+
+
+PER_DIALECT_CHILD = """
+import asyncio, sys
+from sqlalchemy import select
+from lovia_store import SQLiteSession
+from lovia_store.db.prepared import NotPreparableError, Prepared, per_dialect
+from lovia_store.db.tables import sessions
+
+built = []
+per_dialect(lambda name: built.append(("before", name)))
+
+async def main():
+    session = SQLiteSession(sys.argv[1] + "/a.db")
+    try:
+        assert built == [], built  # nothing is built before a Database opens
+        await session.load("s")  # the first use checks the schema: the store opens
+        assert built == [("before", "sqlite")], built
+        per_dialect(lambda name: built.append(("after", name)))  # a module imported later
+        assert built[-1] == ("after", "sqlite"), built
+        await session.load("s")
+        assert len(built) == 2, built  # once per dialect
+        try:
+            per_dialect(lambda name: Prepared(select(sessions.c.created_at)))
+        except NotPreparableError:
+            print("refused")
+    finally:
+        await session.close()
+
+asyncio.run(main())
+"""
+
+
+def test_per_dialect_statements_are_built_when_a_database_opens(tmp_path: Any) -> None:
+    """Not at a process's first write (``per_dialect``): in a fresh interpreter, since
+    which dialects are prepared is the process's state."""
+    child = subprocess.run(
+        [sys.executable, "-c", PER_DIALECT_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["refused"]

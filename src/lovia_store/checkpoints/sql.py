@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, bindparam, delete, select
 
-from ..db.dialect import insert_ignore
+from ..db.dialect import insert_ignore, prepare_insert_ignore
 from ..db.store import SQLStore, StoreTarget
 from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import utcnow
@@ -317,14 +317,12 @@ def _as_host(conn: Connection, work: Callable[[Connection], Any]) -> Any:
         conn.execution_options(schema_translate_map=translate)
 
 
+_EFFECT_COLUMNS = ("run_id", "call_id", "tool_name", "started_at", "result_json")
+prepare_insert_ignore(tool_effects, _EFFECT_COLUMNS)
+
+
 def _effect_row(run_id: str, call_id: str, tool_name: str) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "call_id": call_id,
-        "tool_name": tool_name,
-        "started_at": utcnow(),
-        "result_json": None,
-    }
+    return dict(zip(_EFFECT_COLUMNS, (run_id, call_id, tool_name, utcnow(), None), strict=True))
 
 
 class SQLiteCheckpointer(SQLCheckpointer):

@@ -15,7 +15,7 @@ from uuid import uuid4
 
 from sqlalchemy import Connection, and_, bindparam, delete, exists, select, update
 
-from ..db.dialect import capabilities, db_clock_ms, insert_ignore
+from ..db.dialect import capabilities, db_clock_ms, insert_ignore, prepare_insert_ignore
 from ..db.tables import run_heads, run_leases
 from ..errors import RunInProgressError, RunOwnershipLost
 from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
@@ -55,17 +55,17 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+_LEASE_COLUMNS = ("run_id", "token", "lease_id", "holder", "expires_ms")
+prepare_insert_ignore(run_leases, _LEASE_COLUMNS)
+
+
 def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
     """Take the run's lease, unless a live holder (on any host) has it."""
     now = int(conn.execute(_NOW).scalar_one())
     holder, lease_id, expires = this_holder(), uuid4().hex, now + _ms(ttl)
-    values: dict[str, Any] = {
-        "run_id": run_id,
-        "token": 1,
-        "lease_id": lease_id,
-        "holder": holder,
-        "expires_ms": expires,
-    }
+    values: dict[str, Any] = dict(
+        zip(_LEASE_COLUMNS, (run_id, 1, lease_id, holder, expires), strict=True)
+    )
     current = conn.execute(_CURRENT, {"run_id": run_id}).first()
     if current is None and insert_ignore(conn, run_leases, values):
         return _lease(values, ttl)

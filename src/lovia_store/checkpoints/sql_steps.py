@@ -17,7 +17,7 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
 from ..db.dialect import capabilities, upsert
-from ..db.prepared import Prepared
+from ..db.prepared import Prepared, per_dialect
 from ..db.tables import run_entries, run_heads
 from ..db.types import UTCDateTime, utcnow
 
@@ -62,6 +62,9 @@ def _upsert(dialect: str, links_session: bool) -> Executable:
 @cache
 def _prepared_upsert(dialect: str, links_session: bool) -> Prepared:
     return Prepared(_upsert(dialect, links_session))
+
+
+per_dialect(lambda name: (_prepared_upsert(name, False), _prepared_upsert(name, True)))
 
 
 def _append_in_one_statement(links_session: bool) -> Prepared:

@@ -19,7 +19,7 @@ from sqlalchemy.sql import Executable
 from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
 from .errors import read_retry_safe, worth_retrying
 from .executors import AsyncExecutor, Executor, Work, make_async_engine
-from .prepared import Prepared
+from .prepared import Prepared, prepare_dialect
 from .private_files import keep_sqlite_files_private
 from .sqlite_executor import SQLiteThreadExecutor
 from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
@@ -194,6 +194,7 @@ class Database:
         finally:
             if check.done():
                 self._schema_checks.pop(loop, None)
+        prepare_dialect(self.sync_engine.dialect.name)  # connected: "mariadb" is known now
         self._schema_ready = True
 
     @property

@@ -3,9 +3,10 @@
 Code outside this module asks ``capabilities(conn)`` what the backend can do
 (RETURNING, one-statement writes), never for its name.
 
-Each statement is built and compiled once per dialect (``Prepared``), so the
-hot paths pay neither statement construction nor SQLAlchemy's per-execution
-parameter handling on every call.
+Each statement is built once per dialect (when a ``Database`` opens on it:
+``per_dialect``) and compiled once per engine (``Prepared``), so the hot paths pay
+neither statement construction nor SQLAlchemy's per-execution parameter
+handling on every call.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from .prepared import Prepared
+from .prepared import Prepared, per_dialect
 
 __all__ = [
     "MYSQL",
@@ -29,6 +30,7 @@ __all__ = [
     "capabilities",
     "db_clock_ms",
     "insert_ignore",
+    "prepare_insert_ignore",
     "upsert",
 ]
 
@@ -81,6 +83,12 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     """
     statement = _insert_ignore(conn.dialect.name, table, tuple(values))
     return bool(statement.execute(conn, values).rowcount == 1)
+
+
+def prepare_insert_ignore(table: Table, columns: tuple[str, ...]) -> None:
+    """Have a Database build, when it opens, its ``insert_ignore`` of rows with these
+    keys in this order (``per_dialect``)."""
+    per_dialect(lambda name: _insert_ignore(name, table, columns))
 
 
 def upsert(

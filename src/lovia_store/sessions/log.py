@@ -42,9 +42,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..db.dialect import capabilities, insert_ignore, upsert
+from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
 from ..db.errors import violated_constraint
-from ..db.prepared import Prepared
+from ..db.prepared import Prepared, per_dialect
 from ..db.tables import messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import TranscriptEntry, call_id_of, entry_to_json
@@ -101,6 +101,7 @@ def bump_statement(dialect: str) -> Executable:
     return upsert(dialect, sessions, values, bumps, _RETURNED)
 
 
+@per_dialect
 @cache
 def _bump(dialect: str) -> Prepared:
     return Prepared(bump_statement(dialect))
@@ -165,6 +166,7 @@ _RUN_COLUMNS = (
     *("session_id", "run_id", "position", "first_sequence"),
     *("entry_count", "meta_json", "created_at"),
 )
+prepare_insert_ignore(session_runs, _RUN_COLUMNS)  # store_run's run row
 
 
 def _append_in_one_statement() -> Prepared:
