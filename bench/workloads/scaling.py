@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections.abc import Awaitable, Callable
 
@@ -52,11 +53,25 @@ async def _appends(env: TrialEnv) -> dict[str, float]:
     return result
 
 
+_READS = 3
+
+
 async def _timed(call: Callable[[], Awaitable[int]], size: int, what: str) -> tuple[float, float]:
-    """One timed call, then a second under tracemalloc: (ms, peak MiB)."""
-    with Stopwatch() as sw:
-        got = await call()
-    check(got == size, f"W8 {what} returned {got} entries, expected {size}")
+    """The median of ``_READS`` timed calls, then one more under tracemalloc: (ms, peak MiB).
+
+    Each read starts from a collected heap (``gc.collect()`` first, untimed): a
+    10,000-entry read allocates enough to set off a full garbage collection, which
+    walks the entries built so far (50-80 ms, as much as the read), and whether it
+    fell inside one timed call depended on every allocation the process had made
+    before, so a change anywhere in the package moved it in or out.
+    """
+    times = []
+    for _ in range(_READS):
+        gc.collect()
+        with Stopwatch() as sw:
+            got = await call()
+        check(got == size, f"W8 {what} returned {got} entries, expected {size}")
+        times.append(sw.seconds * 1e3)
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -64,7 +79,7 @@ async def _timed(call: Callable[[], Awaitable[int]], size: int, what: str) -> tu
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    return sw.seconds * 1e3, peak / 2**20
+    return median(times), peak / 2**20
 
 
 async def _loads(env: TrialEnv) -> dict[str, float]:
@@ -95,9 +110,10 @@ W8 = Workload(
     "Cost of appending run #k to one session for k in {points} (#1: that append alone; later: "
     "median of {s.w8_window} consecutive appends from there; the runs before are untimed "
     "setup), and reading sessions of {sizes} entries, whole (load) and streamed in keyset pages "
-    "of 1,000 (lovia-store: SQLSession.iter_entries; raw floors: the same pages by hand): one "
-    "read timed, then a second under tracemalloc for the peak of Python allocations (driver C "
-    "buffers not counted). --scale full goes to run #10,000 and 100,000 entries.",
+    "of 1,000 (lovia-store: SQLSession.iter_entries; raw floors: the same pages by hand): the "
+    "median of 3 timed reads (each after an untimed gc.collect()), then one more under "
+    "tracemalloc for the peak of Python allocations (driver C buffers not counted). "
+    "--scale full goes to run #10,000 and 100,000 entries.",
     (),
     _w8,
     metrics_for=_metrics,
