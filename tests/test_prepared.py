@@ -175,3 +175,39 @@ def test_per_dialect_statements_are_built_when_a_database_opens(tmp_path: Any) -
     )
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.split() == ["refused"]
+
+
+REFUSED_AT_OPEN_CHILD = """
+import asyncio, sys
+from sqlalchemy import select
+from lovia_store import SQLiteSession
+from lovia_store.db.prepared import NotPreparableError, Prepared, per_dialect
+from lovia_store.db.tables import sessions
+
+per_dialect(lambda name: Prepared(select(sessions.c.created_at)))  # registered: not built yet
+
+async def main():
+    session = SQLiteSession(sys.argv[1] + "/a.db")
+    try:
+        for _ in range(2):  # refused at every first use, never half-open
+            try:
+                await session.load("s")
+            except NotPreparableError as exc:
+                print("refused", "'lovia_sessions.created_at'" in str(exc))
+    finally:
+        await session.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_per_dialect_statement_that_cannot_be_prepared_fails_at_open(tmp_path: Any) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", REFUSED_AT_OPEN_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["refused", "True", "refused", "True"]
