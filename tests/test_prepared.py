@@ -132,6 +132,20 @@ def test_a_module_constant_that_cannot_be_prepared_fails_its_import(tmp_path: An
     assert "NotPreparableError" in child.stderr and "'lovia_sessions.created_at'" in child.stderr
 
 
+def _words_printed_by(script: str, tmp_path: Any) -> list[str]:
+    """Run ``script`` in a fresh interpreter (which dialects are prepared is a
+    process's state), with ``tmp_path`` as its argument; what it printed, split."""
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return child.stdout.split()
+
+
 PER_DIALECT_CHILD = """
 import asyncio, sys
 from sqlalchemy import select
@@ -164,17 +178,8 @@ asyncio.run(main())
 
 
 def test_per_dialect_statements_are_built_when_a_database_opens(tmp_path: Any) -> None:
-    """Not at a process's first write (``per_dialect``): in a fresh interpreter, since
-    which dialects are prepared is the process's state."""
-    child = subprocess.run(
-        [sys.executable, "-c", PER_DIALECT_CHILD, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.split() == ["refused"]
+    """Not at a process's first write (``per_dialect``)."""
+    assert _words_printed_by(PER_DIALECT_CHILD, tmp_path) == ["refused"]
 
 
 REFUSED_AT_OPEN_CHILD = """
@@ -202,12 +207,5 @@ asyncio.run(main())
 
 
 def test_a_per_dialect_statement_that_cannot_be_prepared_fails_at_open(tmp_path: Any) -> None:
-    child = subprocess.run(
-        [sys.executable, "-c", REFUSED_AT_OPEN_CHILD, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.split() == ["refused", "True", "refused", "True"]
+    printed = _words_printed_by(REFUSED_AT_OPEN_CHILD, tmp_path)
+    assert printed == ["refused", "True", "refused", "True"]
