@@ -22,6 +22,7 @@ from conftest import SQLITE_KINDS, Backend
 from lovia_store import (
     AssistantTextEntry,
     InMemoryCheckpointer,
+    InMemorySession,
     InputEntry,
     MessageTiming,
     ReasoningEntry,
@@ -30,6 +31,8 @@ from lovia_store import (
     SQLiteCheckpointer,
     SQLiteSession,
     StoredValueError,
+    TextPart,
+    ToolCallEntry,
     ToolResultEntry,
     UserError,
 )
@@ -126,6 +129,63 @@ async def test_a_head_that_would_not_read_back_is_refused_everywhere(
         snapshot = await store.load("r1")
         assert snapshot is not None and snapshot.turns == 2**70
         assert snapshot.entries[0].raw == 2**80  # type: ignore[union-attr]
+
+
+# A store that encodes leaves lone surrogates in strings to pydantic's encoder
+# (encode_entries): wherever a string sits, it must be refused as check_entries
+# refuses it, and the first mistake of a call named in the same words everywhere.
+SURROGATES = {
+    "text": [AssistantTextEntry(content="数据\ud800")],
+    "an id": [AssistantTextEntry(content="c", id="\udfff")],
+    "tool call arguments": [ToolCallEntry(call_id="c", name="n", arguments="é\ud800")],
+    "an input's text part": [InputEntry(role="user", content=[TextPart(text="\ud800")])],
+    "a raw list": [ToolResultEntry(call_id="c", output="o", raw=[1, "\ud800"])],
+    "a nested metadata value": [ReasoningEntry(content="r", metadata={"k": {"j": "\udc00"}})],
+    "a nested metadata key": [ReasoningEntry(content="r", metadata={"k": {"\udc00": 1}})],
+}
+FIRST_MISTAKES = {
+    "a lone surrogate before a nan": [
+        AssistantTextEntry(content="数\ud800"),
+        ToolResultEntry(call_id="c", output="o", raw=math.nan),
+    ],
+    "a nan before a lone surrogate": [
+        ToolResultEntry(call_id="c", output="o", raw=math.nan),
+        AssistantTextEntry(content="数\ud800"),
+    ],
+    "a lone surrogate before a non-entry": [AssistantTextEntry(content="\ud800"), "not one"],
+}
+BAD_RUNS = {**SURROGATES, **FIRST_MISTAKES}
+
+
+async def refusal(call: Any) -> str:
+    with pytest.raises(UserError) as caught:
+        await call
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("entries", BAD_RUNS.values(), ids=BAD_RUNS)
+async def test_every_session_store_names_a_runs_first_mistake_alike(
+    session: Any, entries: list[Any]
+) -> None:
+    meta = {"bad": math.nan}  # checked after the entries, so never the one named
+    expected = await refusal(InMemorySession().append("u1", entries, run_id="r1", meta=meta))
+    assert "entries[" in expected
+    assert await refusal(session.append("u1", entries, run_id="r1", meta=meta)) == expected
+    assert await session.segments("u1") == []
+
+
+@pytest.mark.parametrize("entries", BAD_RUNS.values(), ids=BAD_RUNS)
+async def test_every_checkpointer_names_a_steps_first_mistake_alike(
+    backend: Backend, entries: list[Any]
+) -> None:
+    head = RunHead(agent_name="\ud800")  # checked after the entries
+    expected = await refusal(InMemoryCheckpointer().append("r1", entries, head))
+    async with checkpointer(backend) as store:
+        assert await refusal(store.append("r1", entries, head)) == expected
+        ok = [InputEntry(role="user", content="x")]
+        expected = await refusal(InMemoryCheckpointer().append("r1", ok, head))
+        assert await refusal(store.append("r1", ok, head)) == expected
+        assert await store.load("r1") is None
 
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

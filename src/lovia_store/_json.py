@@ -95,10 +95,15 @@ def explain_refusal(value: Any, what: str, *, models: bool = False) -> None:
         raise UserError(f"{path} holds a {type(item).__name__}, which is not JSON")
 
 
-def is_clean(value: Any, *, models: bool = False) -> bool:
+def is_clean(value: Any, *, models: bool = False, text: bool = True) -> bool:
     """``check_value``'s rules, with no messages: True when it would pass ``value``.
     False refuses a value of JSON's own types; a subclass (an ``IntEnum``) or
     another type is left to ``explain_refusal``, which judges it.
+
+    ``text=False`` leaves the lone surrogates of strings (not of keys) to a
+    caller whose encoder refuses them: pydantic's does, and scanning non-ASCII
+    text for them is most of the check's cost. Keys are scanned still (pydantic
+    writes a lone surrogate in a model's dict key as U+FFFD).
 
     It runs on every append's entries and head, so it is written for speed:
     leaves (most of a value) are judged where their container is walked and only
@@ -107,7 +112,7 @@ def is_clean(value: Any, *, models: bool = False) -> bool:
     """
     kind = type(value)
     if kind is str:
-        return value.isascii() or _encodes(value)
+        return not text or value.isascii() or _encodes(value)
     if kind is float:
         return math.isfinite(value)
     if value is None or kind is int or kind is bool:
@@ -134,7 +139,7 @@ def is_clean(value: Any, *, models: bool = False) -> bool:
         for child in children:
             kind = type(child)
             if kind is str:
-                if not child.isascii():
+                if text and not child.isascii():
                     try:
                         child.encode("utf-8")
                     except UnicodeEncodeError:

@@ -38,6 +38,7 @@ __all__ = [
     "check_entries",
     "check_entry_values",
     "drop_dangling_tool_calls",
+    "encode_entries",
     "entry_from_dict",
     "entry_to_dict",
     "entry_to_json",
@@ -206,6 +207,26 @@ def check_entry_values(entry: TranscriptEntry, what: str) -> None:
 def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
     """Accept only transcript entries whose values round-trip exactly; anything
     else is a caller's mistake (``UserError``)."""
+    return _checked(entries, text=True)
+
+
+def encode_entries(entries: Iterable[object]) -> tuple[list[TranscriptEntry], list[str]]:
+    """``check_entries`` and each entry's ``entry_to_json``, for a store that encodes.
+
+    The lone surrogates of strings are left to the encoder, which refuses them
+    (scanning non-ASCII text for them costs more than the rest of the check);
+    any refusal is then explained as ``check_entries`` explains it, naming the
+    same entry, so a store that encodes refuses exactly as the in-memory ones do.
+    """
+    checked = _checked(entries, text=False)
+    try:
+        return checked, [entry_to_json(entry) for entry in checked]
+    except UserError:
+        _explain(checked)
+        raise
+
+
+def _checked(entries: Iterable[object], *, text: bool) -> list[TranscriptEntry]:
     if type(entries) is not list and (
         isinstance(entries, str | bytes | dict) or not isinstance(entries, Iterable)
     ):
@@ -217,14 +238,24 @@ def check_entries(entries: Iterable[object]) -> list[TranscriptEntry]:
         # Exact classes first: an isinstance against pydantic's metaclass costs
         # more than the rest of an entry's check.
         if type(entry) not in _EXACT_ENTRY_CLASSES and not isinstance(entry, ENTRY_CLASSES):
+            if not text:
+                _explain(out)  # an earlier entry's lone surrogate is refused first
             raise UserError(
                 f"entries[{index}] is {type(entry).__name__}, not a transcript entry "
                 "(build one with entry_from_dict)"
             )
-        if not is_clean(entry, models=True):
+        if not is_clean(entry, models=True, text=text):
+            if not text:
+                _explain(out)
             check_entry_values(entry, f"entries[{index}]")  # raises, saying what is wrong
         out.append(cast(TranscriptEntry, entry))
     return out
+
+
+def _explain(entries: Sequence[TranscriptEntry]) -> None:
+    """Refuse the first of ``entries`` that ``check_entries`` refuses, as it says it."""
+    for index, entry in enumerate(entries):
+        check_entry_values(entry, f"entries[{index}]")
 
 
 def drop_dangling_tool_calls(entries: Sequence[TranscriptEntry]) -> list[TranscriptEntry]:

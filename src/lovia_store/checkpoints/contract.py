@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic_core import PydanticSerializationError
 
-from .._json import check_value
+from .._json import check_value, explain_refusal, is_clean
 from ..entries import ToolResultEntry, TranscriptEntry, Usage
 from ..errors import UserError
 from ..validation import check_count
@@ -146,10 +147,27 @@ def summary_of(run_id: str, head: RunHead, entry_count: int, updated_at: datetim
 
 
 def check_head(head: Any) -> RunHead:
+    _check_head_type(head)
+    check_value(head, "head", models=True)  # NaN, lone surrogates, depth: refused, never nulled
+    return cast(RunHead, head)
+
+
+def encode_head(head: Any) -> str:
+    """``check_head`` and the head's JSON; as in ``encode_entries``, the lone
+    surrogates of strings are left to the encoder and explained as ``check_head`` would."""
+    _check_head_type(head)
+    if not is_clean(head, models=True, text=False):
+        explain_refusal(head, "head", models=True)
+    try:
+        return cast(RunHead, head).model_dump_json()
+    except PydanticSerializationError as exc:
+        check_head(head)
+        raise UserError(f"head cannot be stored: {exc}") from None
+
+
+def _check_head_type(head: Any) -> None:
     if not isinstance(head, RunHead) or isinstance(head, RunSnapshot):
         raise UserError(f"head must be a RunHead, not {type(head).__name__}")
-    check_value(head, "head", models=True)  # NaN, lone surrogates, depth: refused, never nulled
-    return head
 
 
 def check_listing(status: Any, limit: Any, offset: Any) -> None:

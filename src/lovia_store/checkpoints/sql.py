@@ -22,10 +22,9 @@ from ..entries import (
     ToolResultEntry,
     TranscriptEntry,
     Where,
-    check_entries,
     check_entry_values,
+    encode_entries,
     entries_from_json_rows,
-    entry_to_json,
     rows_of,
     stored_model,
 )
@@ -38,8 +37,8 @@ from .contract import (
     RunStatus,
     RunSummary,
     ToolEffect,
-    check_head,
     check_listing,
+    encode_head,
     summary_of,
 )
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
@@ -86,13 +85,12 @@ class SQLCheckpointer(SQLStore):
         check_id(run_id, "run_id")
         if session_id is not None:
             check_id(session_id, "session_id")
-        batch = check_entries(entries)
-        check_head(head)
-        documents = [entry_to_json(entry) for entry in batch]
+        _, documents = encode_entries(entries)
+        head_json = encode_head(head)
         await self.append_encoded(
             run_id,
             head.status,
-            head.model_dump_json(),
+            head_json,
             documents,
             lease=lease_for(lease, run_id),
             session_id=session_id,

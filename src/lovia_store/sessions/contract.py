@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from uuid import uuid4
 
 from .._json import dump_object
 from ..entries import TranscriptEntry, check_entries
 from ..validation import check_id
 
-__all__ = ["ForkOrigin", "Segment", "Session", "check_append"]
+__all__ = ["ForkOrigin", "Segment", "Session", "check_append", "checked_append"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,19 @@ def check_append(
 ) -> tuple[str, list[TranscriptEntry], str | None]:
     """An append's arguments, checked: the run id (a new one when omitted), the
     entries, and the meta as exact JSON text (None when there is none)."""
+    return checked_append(session_id, entries, run_id, meta, check_entries)
+
+
+def checked_append(
+    session_id: object,
+    entries: Sequence[object],
+    run_id: object,
+    meta: object,
+    check: Callable[[Sequence[object]], T],
+) -> tuple[str, T, str | None]:
+    """``check_append`` with the entries checked by ``check`` (a store's encoder that
+    checks as ``check_entries`` does), in the same order: every store names the
+    same first mistake."""
     check_id(session_id, "session_id")
     chosen = uuid4().hex if run_id is None else check_id(run_id, "run_id")
-    return chosen, check_entries(entries), None if meta is None else dump_object(meta, "meta")
+    return chosen, check(entries), None if meta is None else dump_object(meta, "meta")

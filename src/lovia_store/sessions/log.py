@@ -47,7 +47,7 @@ from ..db.errors import violated_constraint
 from ..db.prepared import Prepared, per_dialect
 from ..db.tables import messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
-from ..entries import TranscriptEntry, call_id_of, entry_to_json
+from ..entries import call_id_of, encode_entries
 from ..errors import ConflictError
 
 __all__ = [
@@ -243,11 +243,11 @@ class EncodedRun(NamedTuple):
     documents: list[str]
 
 
-def encode_run(entries: Sequence[TranscriptEntry]) -> EncodedRun:
+def encode_run(entries: Sequence[object]) -> EncodedRun:
+    """The run as stored, its entries checked as ``check_entries`` checks them."""
+    checked, documents = encode_entries(entries)
     return EncodedRun(
-        [entry.type for entry in entries],
-        [call_id_of(entry) for entry in entries],
-        [entry_to_json(entry) for entry in entries],
+        [entry.type for entry in checked], [call_id_of(entry) for entry in checked], documents
     )
 
 

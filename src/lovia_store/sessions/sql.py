@@ -30,7 +30,7 @@ from ..entries import (
 )
 from ..errors import ConflictError
 from ..validation import check_call_ids, check_count, check_id
-from .contract import ForkOrigin, Segment, check_append
+from .contract import ForkOrigin, Segment, checked_append
 from .fork import FORK_ORIGIN, fork_rows
 from .log import (
     RUN_STORED,
@@ -137,8 +137,8 @@ class SQLSession(SQLStore):
         meta: dict[str, Any] | None = None,
     ) -> str:
         """Store one finished run atomically; a stored ``run_id`` makes this a no-op."""
-        run_id, stored, meta_json = check_append(session_id, entries, run_id, meta)
-        await self.append_encoded(session_id, run_id, meta_json, encode_run(stored))
+        run_id, run, meta_json = checked_append(session_id, entries, run_id, meta, encode_run)
+        await self.append_encoded(session_id, run_id, meta_json, run)
         return run_id
 
     async def append_encoded(
