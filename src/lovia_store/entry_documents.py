@@ -60,15 +60,16 @@ def stored_model(model: type[M], text: str | bytes, where: Where, index: int = 0
         raise damaged(f"a stored {model.__name__} is not valid ({detail})", where, index) from None
 
 
-def session_rows(session_id: str, sequences: Sequence[int] | None = None) -> Where:
-    """A session's rows in ``lovia_messages``: a damaged one is named by its sequence
-    (when the reader has them) or by the session alone."""
-    if sequences is None:
+def session_rows(session_id: str, rows: Sequence[Sequence[Any]] | None = None) -> Where:
+    """A session's rows in ``lovia_messages``: a damaged one is named by its sequence,
+    the first column of ``rows`` (when the reader has them), or by the session alone.
+    The sequence is looked up only for a damaged row, so naming costs a read nothing."""
+    if rows is None:
         return "lovia_messages", "entry_json", lambda _: {"session_id": session_id}
     return (
         "lovia_messages",
         "entry_json",
-        lambda i: {"session_id": session_id, "sequence": sequences[i]},
+        lambda i: {"session_id": session_id, "sequence": rows[i][0]},
     )
 
 

@@ -94,10 +94,9 @@ class SQLSession(SQLStore):
     async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
         after = 0
         while True:
-
             params = {"sid": session_id, "after": after, "size": size}
             rows = await self.database.read_one(BATCH, params)
-            where = session_rows(session_id, [row.sequence for row in rows])
+            where = session_rows(session_id, rows)
             for entry in entries_from_json_rows([row.entry_json for row in rows], where):
                 yield entry
             if len(rows) < size:

@@ -112,7 +112,7 @@ def trim_rows(conn: Connection, session_id: str, keep_chars: int, keep_runs: int
     # Decoded a batch at a time: one validation call per batch, memory
     # bounded by a batch of (possibly huge) outputs.
     while rows := candidates.fetchmany(_TRIM_BATCH):
-        where = session_rows(session_id, [sequence for sequence, _ in rows])
+        where = session_rows(session_id, rows)
         entries = entries_from_json_rows([document for _, document in rows], where)
         for (sequence, _), entry in zip(rows, entries, strict=True):
             assert isinstance(entry, ToolResultEntry)

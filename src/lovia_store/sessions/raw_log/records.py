@@ -147,7 +147,17 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
     if not rows:
         return []
     documents = json_documents([row[_ENTRY_JSON] for row in rows], _at_rows(rows))
-    values = [_record_values(row, document) for row, document in zip(rows, documents, strict=True)]
+    values = []
+    for row, message in zip(rows, documents, strict=True):
+        fields = record_fields(row)
+        if isinstance(message, list):  # a message that stands for several entries
+            fields["multiple"] = message
+            message = _shown_entry(message)
+        envelope = row[_ENVELOPE_JSON]
+        fields["run_id"] = row[_RUN_ID]
+        fields["message"] = message
+        fields["envelope"] = None if envelope is None else orjson.loads(envelope)
+        values.append(fields)
     try:
         return _RECORDS.validate_python(values)
     except ValidationError:
@@ -176,21 +186,6 @@ def record_fields(row: Any) -> dict[str, Any]:
         tags=stored_object(tags, "tags", "tags_json", session_id, sequence),
         created_at=created,
         updated_at=updated or created,
-    )
-    return values
-
-
-def _record_values(row: Any, message: Any) -> dict[str, Any]:
-    """One row (in ``RECORD_COLUMNS`` order) as ``RawMessageRecord`` fields."""
-    values = record_fields(row)
-    if isinstance(message, list):  # a message that stands for several entries
-        values["multiple"] = message
-        message = _shown_entry(message)
-    envelope = row[_ENVELOPE_JSON]
-    values.update(
-        run_id=row[_RUN_ID],
-        message=message,
-        envelope=None if envelope is None else orjson.loads(envelope),
     )
     return values
 
