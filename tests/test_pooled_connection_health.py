@@ -303,14 +303,13 @@ async def test_a_driver_error_discards_its_connection(
 
     try:
         await db.ensure_schema()
-        run = db._write if write else db._read  # the one-statement path, given a work
-        for _ in range(3):
+        for _ in range(3):  # the one-statement path, given a work
             with pytest.raises(StoreUnavailableError):
-                await run(bad, single_statement=True)
+                await db._run(bad, write=write, single_statement=True)
         for _ in range(ORDINARY_CALLS):
             assert await db.read(two_statements) == (1, 2)
-            assert await db._read(one_statement, single_statement=True) == 3
-            assert await db._write(one_statement, single_statement=True) == 3
+            assert await db._run(one_statement, write=False, single_statement=True) == 3
+            assert await db._run(one_statement, write=True, single_statement=True) == 3
             assert await db.write(two_statements) == (1, 2)
         assert not any(c is f for c in used for f in failed_on)
     finally:
@@ -332,7 +331,7 @@ async def test_ten_driver_errors_at_once_leave_the_pool_usable(
 
         async def bad() -> None:
             await gate.wait()
-            await db._read(FAILURES[failure], single_statement=True)
+            await db._run(FAILURES[failure], write=False, single_statement=True)
 
         tasks = [asyncio.ensure_future(bad()) for _ in range(10)]
         gate.set()

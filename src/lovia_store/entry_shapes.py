@@ -11,12 +11,12 @@ Every store checks the entries it is given here (``check_entries``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from ._json import check_value, is_clean
+from ._json import all_clean, check_value
 from .errors import UnknownEntryTypeError, UserError
 
 __all__ = [
@@ -233,22 +233,19 @@ def _checked(entries: Iterable[object], *, text: bool) -> list[TranscriptEntry]:
         raise UserError(
             f"entries must be a sequence of transcript entries, not {type(entries).__name__}"
         )
-    out: list[TranscriptEntry] = []
+    out: list[Any] = []  # entries, each one's class checked below
     for index, entry in enumerate(entries):
         # Exact classes first: an isinstance against pydantic's metaclass costs
         # more than the rest of an entry's check.
         if type(entry) not in _EXACT_ENTRY_CLASSES and not isinstance(entry, ENTRY_CLASSES):
-            if not text:
-                _explain(out)  # an earlier entry's lone surrogate is refused first
+            _explain(out)  # an earlier entry's mistake is named first
             raise UserError(
                 f"entries[{index}] is {type(entry).__name__}, not a transcript entry "
                 "(build one with entry_from_dict)"
             )
-        if not is_clean(entry, models=True, text=text):
-            if not text:
-                _explain(out)
-            check_entry_values(entry, f"entries[{index}]")  # raises, saying what is wrong
-        out.append(cast(TranscriptEntry, entry))
+        out.append(entry)
+    if not all_clean(out, models=True, text=text):
+        _explain(out)  # the first entry with any mistake, lone surrogates included
     return out
 
 

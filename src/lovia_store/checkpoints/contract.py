@@ -159,7 +159,8 @@ def encode_head(head: Any) -> str:
     if not is_clean(head, models=True, text=False):
         explain_refusal(head, "head", models=True)
     try:
-        return cast(RunHead, head).model_dump_json()
+        encoded: str = head.model_dump_json()
+        return encoded
     except PydanticSerializationError as exc:
         check_head(head)
         raise UserError(f"head cannot be stored: {exc}") from None

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -211,7 +211,7 @@ class Database:
     async def read(self, work: Work[T]) -> T:
         """Run ``work(connection)`` in one read transaction (a consistent snapshot)."""
         await self.ensure_schema()
-        return await self.read_unchecked(work)
+        return await self._run(work, write=False, single_statement=False)
 
     async def write(self, work: Work[T]) -> T:
         """Run ``work(connection)`` in one write transaction: all of it commits or none.
@@ -222,7 +222,7 @@ class Database:
         retried a bounded number of times.
         """
         await self.ensure_schema()
-        return await self.write_unchecked(work)
+        return await self._run(work, write=True, single_statement=False)
 
     async def read_one(
         self, statement: Statement, params: Mapping[str, Any], *, first_column: bool = False
@@ -235,7 +235,9 @@ class Database:
         list of values, not as thousands of row objects its garbage collector must
         walk while it decodes them."""
         await self.ensure_schema()
-        return await self._read(_one(statement, params, first_column), single_statement=True)
+        return await self._run(
+            _one(statement, params, first_column), write=False, single_statement=True
+        )
 
     async def write_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
         """Run one statement that returns rows, atomic by itself, and return them.
@@ -246,11 +248,11 @@ class Database:
         statement from running outside a transaction.
         """
         await self.ensure_schema()
-        return await self._write(_one(statement, params), single_statement=True)
+        return await self._run(_one(statement, params), write=True, single_statement=True)
 
     async def read_unchecked(self, work: Work[T]) -> T:
         """``read`` without the schema check (the gate itself uses it)."""
-        return await self._read(work, single_statement=False)
+        return await self._run(work, write=False, single_statement=False)
 
     async def write_unchecked(self, work: Work[T], *, lock_wait: float | None = None) -> T:
         """``write`` without the schema check (the gate itself uses it).
@@ -259,43 +261,28 @@ class Database:
         for another process's SQLite lock: a migration waits for another process's
         migration as long as the server backends' migration lock does.
         """
-        return await self._write(work, single_statement=False, lock_wait=lock_wait)
+        return await self._run(work, write=True, single_statement=False, lock_wait=lock_wait)
 
-    async def _read(self, work: Work[T], *, single_statement: bool) -> T:
-        """A read that lost its connection is retried even when it was lost at
-        COMMIT, which for a write leaves the outcome unknown: a read wrote nothing."""
-        self._check_open()
-
-        async def attempt() -> T:
-            try:
-                return await self._executor.run(
-                    work, write=False, single_statement=single_statement
-                )
-            except LoviaStoreError as exc:
-                read_retry_safe(exc)
-                raise
-
-        return await self._retrying(attempt)
-
-    async def _write(
-        self, work: Work[T], *, single_statement: bool, lock_wait: float | None = None
+    async def _run(
+        self,
+        work: Work[T],
+        *,
+        write: bool,
+        single_statement: bool,
+        lock_wait: float | None = None,
     ) -> T:
-        self._check_open()
-        return await self._retrying(
-            lambda: self._executor.run(work, write=True, single_statement=single_statement),
-            lock_wait=lock_wait,
-        )
-
-    async def _retrying(
-        self, attempt: Callable[[], Awaitable[T]], *, lock_wait: float | None = None
-    ) -> T:
-        """Run ``attempt``, again after a short pause while it fails retry-safely.
+        """Run ``work`` on the executor, again after a short pause while it fails
+        retry-safely.
 
         On SQLite, ``busy_timeout`` bounds the whole call: each attempt already
         waits in SQLite's busy handler, so a busy error is retried only while
         the call has waited less than that in all (SQLite also reports busy at
         once, without waiting, where waiting could deadlock: those are retried).
+        A read that lost its connection is retried even when it was lost at
+        COMMIT, which for a write leaves the outcome unknown: a read wrote nothing.
         """
+        if self._closed:
+            raise UserError(f"{self.url}: this Database is closed")
         delay = 0.01
         started = time.monotonic()
         budget = self._executor.busy_wait
@@ -305,8 +292,12 @@ class Database:
         while True:
             attempts += 1
             try:
-                return await attempt()
+                return await self._executor.run(
+                    work, write=write, single_statement=single_statement
+                )
             except LoviaStoreError as exc:
+                if not write:
+                    read_retry_safe(exc)
                 if not (getattr(exc, "retry_safe", False) and worth_retrying(exc)):
                     raise
                 if budget is not None and isinstance(exc, StoreBusyError):
@@ -326,10 +317,6 @@ class Database:
             delay = min(delay * 2, 0.5)
 
     # -- lifetime -------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UserError(f"{self.url}: this Database is closed")
 
     async def dispose_loop(self) -> None:
         """Release what the running event loop holds (call it before the loop stops)."""
