@@ -14,7 +14,6 @@ import contextlib
 import contextvars
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
@@ -25,6 +24,7 @@ from sqlalchemy.pool import StaticPool
 from .executors import Bracket, ConnectFailed, Executor, Failed, Work, transaction
 from .prepared import DRIVER_CURSOR, Prepared
 from .urls import display_url
+from .worker_threads import WorkerThreads
 
 __all__ = ["SQLiteThreadExecutor", "sqlite_listeners"]
 
@@ -214,13 +214,9 @@ class SQLiteThreadExecutor(Executor):
         # Used on the writer thread only.
         self._writer_connection: Connection | None = None
         self._writer_options: Any = None
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="lovia-sqlite-writer")
+        self._writer = WorkerThreads(1, "lovia-sqlite-writer")
         # An in-memory database is one connection: everything goes through the writer.
-        self._readers = (
-            self._writer
-            if memory
-            else ThreadPoolExecutor(_READERS, thread_name_prefix="lovia-sqlite-reader")
-        )
+        self._readers = self._writer if memory else WorkerThreads(_READERS, "lovia-sqlite-reader")
         self._read = self._on_writer_connection if memory else self._on_pooled_connection
 
     def _on_pooled_connection(self, job: _Job) -> None:
@@ -320,9 +316,9 @@ class SQLiteThreadExecutor(Executor):
         if write:
             with self._queue_lock:
                 self._queue.append(job)
-            self._writer.submit(self._write_batch)
+            self._writer.put(self._write_batch)
         else:
-            self._readers.submit(self._read, job)
+            self._readers.put(lambda: self._read(job))
         try:
             result: T = await job.future
         except asyncio.CancelledError:
@@ -343,14 +339,16 @@ class SQLiteThreadExecutor(Executor):
     async def close_loop(self) -> None:
         """Wait for the writes already handed to the writer thread (it runs them in order)."""
         if not self._closed:
-            await asyncio.get_running_loop().run_in_executor(self._writer, lambda: None)
+            reached = _Job(lambda _conn: None, asyncio.get_running_loop())
+            self._writer.put(lambda: reached.settle(None, None))
+            await reached.future
 
     async def close(self) -> None:
         self._closed = True
 
         def shut() -> None:
-            self._writer.shutdown(wait=True)
-            self._readers.shutdown(wait=True)
+            self._writer.shutdown()
+            self._readers.shutdown()
             self._drop_connection()  # the writer thread is gone: nothing else uses it
             self.engine.dispose()
 
