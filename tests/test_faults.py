@@ -302,6 +302,43 @@ async def test_a_connection_lost_before_commit_is_retried_by_itself(
         assert await db.read(_probe_rows) == [(1, "one"), (2, "two")]
 
 
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_pooled_connections_the_server_dropped_are_replaced_with_nothing_listening(
+    driver: str,
+) -> None:
+    """Every pooled connection terminated between calls, with no listener attached (on
+    asyncpg the hot statements then run on the driver's cursor, bypassing SQLAlchemy's
+    execution path): the first statement on a dead connection invalidates it and the
+    pool's older ones, so the call is retried on a fresh connection and succeeds; an
+    append that met a dead connection is stored once."""
+    async with fresh_server_database("postgres") as url:
+        url = make_url(url).set(drivername=f"postgresql+{driver}").render_as_string(False)
+        async with Database(url) as db:
+            store, checkpointer = SQLSession(db), SQLCheckpointer(db)
+            await store.append("warm", a_run("0"))
+            # Fill the pool: ten reads at once hold ten connections.
+            await asyncio.gather(*(store.load("warm") for _ in range(10)))
+            for round_ in range(3):
+                pg = await connect_pg_admin()
+                try:
+                    dropped = await pg.fetch(
+                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                        "WHERE datname = $1 AND pid <> pg_backend_pid()",
+                        make_url(url).database,
+                    )
+                finally:
+                    await pg.close()
+                assert len(dropped) >= 1
+                run_id = f"r{round_}"
+                assert await store.append("alice", a_run(str(round_)), run_id=run_id) == run_id
+                head = RunHead(agent_name="a", turns=round_)
+                await checkpointer.append("run", [AssistantTextEntry(content=run_id)], head)
+            segments = await store.segments("alice")
+            assert [s.run_id for s in segments] == ["r0", "r1", "r2"]
+            snapshot = await checkpointer.load("run")
+            assert snapshot is not None and len(snapshot.entries) == 3
+
+
 # -- SQLite: a full disk, a read-only file system ------------------------------------------
 
 

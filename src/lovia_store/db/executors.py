@@ -27,7 +27,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import LoviaStoreError
 from .errors import connect_failure, lost_connection, translate
-from .prepared import Prepared, untraced
+from .prepared import DRIVER_CURSOR, Prepared, untraced
 from .urls import display_url
 
 __all__ = [
@@ -339,7 +339,9 @@ def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> Async
     (asyncpg's own pool default): calls beyond ten wait for a connection
     instead of opening and closing one each, which under a burst of writers
     costs more than the wait. ``hide_parameters``: a failed statement's values
-    (conversation content) stay out of error messages and logs.
+    (conversation content) stay out of error messages and logs. On asyncpg,
+    prepared statements run on the driver's cursor (``DRIVER_CURSOR``): SQLAlchemy's
+    execution context was a tenth of a checkpoint step's instructions.
     """
     defaults = {
         "pool_pre_ping": False,
@@ -348,4 +350,7 @@ def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> Async
         "max_overflow": 0,
         "hide_parameters": True,
     }
+    if url.get_driver_name() == "asyncpg":
+        execution = {DRIVER_CURSOR: not echo, **options.get("execution_options", {})}
+        options = {**options, "execution_options": execution}
     return create_async_engine(url, echo=echo, **{**defaults, **options})

@@ -25,14 +25,14 @@ which a ``Database`` calls for its dialect when it opens. Every ``Prepared``
 built is listed by ``built()`` (the golden SQL marks them).
 
 On a connection whose engine sets the ``DRIVER_CURSOR`` execution option
-(the SQLite engine lovia-store creates itself, unless ``echo=True``) the
+(the SQLite and asyncpg engines lovia-store creates itself, unless ``echo=True``) the
 statement runs on the driver's cursor directly, as long as nothing listens
 to the engine's ``before_cursor_execute``, ``after_cursor_execute`` or
 ``handle_error`` events: for an append, SQLAlchemy's execution context costs
 as much as SQLite's own work. Driver errors are still wrapped as SQLAlchemy's
-``DBAPIError`` subclasses (``hide_parameters`` honoured); what these
-statements skip is SQL logging, those events and SQLAlchemy's disconnect
-check (the executor discards a connection after any driver error instead).
+``DBAPIError`` subclasses (``hide_parameters`` honoured) and a lost connection
+is invalidated, with the pool's older ones, as SQLAlchemy's own path does; what
+these statements skip is SQL logging and those events.
 The choice is made per
 statement: once a listener is attached (OpenTelemetry's SQLAlchemy
 instrumentation, a host's own ``event.listen``), every statement runs through
@@ -42,6 +42,7 @@ To log every statement, create the ``Database`` with ``echo=True``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
@@ -321,21 +322,49 @@ def traced(conn: Connection) -> bool:
 
 
 def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    dbapi_connection = conn.connection.dbapi_connection
+    cursor = dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         if many:
             cursor.executemany(sql, arguments)
         else:
             cursor.execute(sql, arguments)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        cursor.close()
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # a broken connection's cursor may refuse
+            cursor.close()
+        _on_failure(conn, sql, arguments, exc, cursor, many=many)
+        raise
+    return _DriverRows(cursor)
+
+
+def _on_failure(
+    conn: Connection, sql: str, arguments: Any, exc: BaseException, cursor: Any, *, many: bool
+) -> None:
+    """What SQLAlchemy's execution path does when the driver raises: a lost connection
+    is invalidated, with the pool's older connections (they are likely lost too), and
+    said so on the error (``connection_invalidated``, which the retry rules read); a
+    call interrupted mid-statement (cancelled) leaves its connection invalidated, its
+    state unknown; a driver error is raised as SQLAlchemy's ``DBAPIError`` subclass."""
+    error_class = conn.dialect.loaded_dbapi.Error
+    driver_error: Any = exc if isinstance(exc, error_class) else None
+    interrupted = not isinstance(exc, Exception)
+    lost = interrupted or (
+        driver_error is not None
+        and not conn.closed
+        and conn.dialect.is_disconnect(driver_error, conn.connection.dbapi_connection, cursor)
+    )
+    if lost and not conn.invalidated:
+        if not interrupted:
+            conn.engine.pool._invalidate(conn.connection, exc)  # as SQLAlchemy does
+        conn.invalidate(exc)
+    if driver_error is not None:
         raise DBAPIError.instance(
             sql,
             arguments,
             exc,
-            conn.dialect.loaded_dbapi.Error,
+            error_class,
             hide_parameters=conn.engine.hide_parameters,
             dialect=conn.dialect,
             ismulti=many,
+            connection_invalidated=lost,
         ) from exc
-    return _DriverRows(cursor)
