@@ -239,16 +239,17 @@ async def test_a_damaged_entry_row_is_a_stored_value_error_naming_it(
     sql_backend: Backend, bad: str
 ) -> None:
     async with sql_backend.session() as session:
-        await session.append("u1", [InputEntry(role="user", content="x")], run_id="r0")
-        await damage(session, f"UPDATE lovia_messages SET entry_json = {bad}")
+        entries = [InputEntry(role="user", content=f"x{i}") for i in range(3)]
+        await session.append("u1", entries, run_id="r0")
+        await damage(session, f"UPDATE lovia_messages SET entry_json = {bad} WHERE sequence = 2")
         for read in (session.load, session.segments):
             with pytest.raises(StoredValueError, match="lovia_messages row session_id='u1'"):
                 await read("u1")
-        with pytest.raises(StoredValueError, match="session_id='u1', sequence="):
+        with pytest.raises(StoredValueError, match="session_id='u1', sequence=2"):
             async for _ in session.iter_entries("u1"):
                 pass
         async with sql_backend.storage() as storage:
-            with pytest.raises(StoredValueError, match="session_id='u1', sequence="):
+            with pytest.raises(StoredValueError, match="session_id='u1', sequence=2"):
                 await storage.list_raw_messages("u1")
         # Other sessions are unharmed, and the store keeps working.
         await session.append("u2", [InputEntry(role="user", content="y")], run_id="r1")
@@ -276,6 +277,21 @@ async def test_damaged_meta_and_checkpoint_rows_are_stored_value_errors(
             await store.load("r2")
         with pytest.raises(StoredValueError, match="lovia_run_heads"):
             await store.list_runs()
+
+
+async def test_a_damaged_tool_result_a_trim_reads_is_named_by_its_sequence(
+    sql_backend: Backend,
+) -> None:
+    async with sql_backend.session() as session:
+        long = "o" * 500
+        old_run = [ToolResultEntry(call_id=f"c{i}", output=long) for i in range(3)]
+        await session.append("u1", old_run, run_id="r0")
+        await session.append("u1", [InputEntry(role="user", content="last")], run_id="r1")
+        await damage(
+            session, f"UPDATE lovia_messages SET entry_json = '{'x' * 500}' WHERE sequence = 2"
+        )
+        with pytest.raises(StoredValueError, match="session_id='u1', sequence=2"):
+            await session.trim_tool_results("u1", keep_chars=100, keep_runs=1)
 
 
 @pytest.mark.parametrize("wal", [False, True])
