@@ -322,8 +322,7 @@ def traced(conn: Connection) -> bool:
 
 
 def _on_driver_cursor(conn: Connection, sql: str, arguments: Any, *, many: bool) -> Rows:
-    dbapi_connection = conn.connection.dbapi_connection
-    cursor = dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         if many:
             cursor.executemany(sql, arguments)
