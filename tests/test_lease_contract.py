@@ -108,13 +108,15 @@ async def test_a_lapsed_lease_is_taken_over_and_its_writes_are_refused(
 
 
 async def test_writes_renew_the_lease(cp: AnyCheckpointer) -> None:
-    lease = await cp.acquire_lease("r", ttl=0.6)
-    deadline = time.monotonic() + 1.5
+    # Writes go on for more than twice the TTL, so an unrenewed lease would expire;
+    # the TTL leaves over a second between a write and the next check for a loaded CI.
+    lease = await cp.acquire_lease("r", ttl=1.5)
+    deadline = time.monotonic() + 3.5
     while time.monotonic() < deadline:
         await cp.append("r", [say("step")], HEAD, lease=lease)
         with pytest.raises(RunInProgressError):
             await cp.acquire_lease("r")
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.25)
     renewed = await cp.renew_lease(lease)
     assert renewed.expires_at > lease.expires_at and renewed.token == lease.token
 
