@@ -26,7 +26,7 @@ from lovia_store import (
 )
 from lovia_store.db.schema import head_revision
 from lovia_store.db.tables import VERSION_TABLE, metadata
-from lovia_store.errors import SchemaConflictError
+from lovia_store.errors import LegacyTableError, SchemaConflictError
 
 KINDS = ("sqlite", "postgres", "mariadb")
 
@@ -150,16 +150,26 @@ async def test_host_tables_with_lovia_or_zett_names_are_the_hosts(
     await check(target.where)
 
 
-async def test_lovia_layout_without_lovia_schema_is_the_hosts(target: Target) -> None:
-    """lovia 0.9's own columns, but without the ``lovia_schema`` table its stores make."""
+async def test_lovia_columns_without_lovia_schema_or_key(target: Target) -> None:
+    """lovia 0.9's own columns, without its key and without the ``lovia_schema`` table its
+    stores make: on a server (lovia writes only SQLite files) the host's table; in a
+    SQLite file possibly lovia's history (lovia wrote its first files without the mark),
+    so refused untouched rather than shown empty (test_legacy_unmarked.py adopts it)."""
     await target.run(
         "CREATE TABLE session_runs (id INTEGER PRIMARY KEY, session_id VARCHAR(40) NOT NULL, "
         "run_id VARCHAR(40) NOT NULL, entries_json TEXT NOT NULL, meta_json TEXT, "
         "created_at FLOAT NOT NULL)",
         "INSERT INTO session_runs VALUES (1, 'alice', 'host-run', '[]', NULL, 0)",
     )
-    async with target.session() as store:
-        assert await store.load("alice") == []
+    before = await target.tables()
+    if target.kind == "sqlite":
+        with pytest.raises(LegacyTableError, match="--adopt-lovia"):
+            async with target.session() as store:
+                await store.load("alice")
+        assert await target.tables() == before
+    else:
+        async with target.session() as store:
+            assert await store.load("alice") == []
     assert (await target.run("SELECT run_id FROM session_runs")) == [[("host-run",)]]
 
 

@@ -8,6 +8,7 @@ __all__ = [
     "ConflictError",
     "JoinedLineageError",
     "LegacyBackupError",
+    "LegacyTableError",
     "LoviaStoreError",
     "MissingDriverError",
     "RunInProgressError",
@@ -91,6 +92,34 @@ class JoinedLineageError(SchemaNotCurrentError):
             "run your application's `alembic upgrade heads` (or `alembic upgrade "
             "lovia_store@head`); none we know means a newer lovia-store wrote it (upgrade "
             "lovia), two means a host revision id collides with ours",
+        )
+
+
+class LegacyTableError(SchemaNotCurrentError):
+    """A SQLite file holds tables shaped like lovia 0.9's but not proven to be lovia's;
+    nothing was written to it.
+
+    lovia wrote its first session files without its ``lovia_schema`` table; such a
+    file is converted when its tables are exactly lovia's. One whose tables have
+    lovia's columns and more (or lack lovia's key) may still be lovia's history:
+    opening a store beside it would show that history empty, so it is refused
+    until ``lovia-store upgrade --adopt-lovia`` (``upgrade(adopt_lovia=True)``)
+    converts it, keeping a copy first. lovia still opens the file meanwhile.
+    """
+
+    def __init__(self, *, database: str, tables: list[str], expected: str) -> None:
+        self.database = database
+        self.found = None
+        self.expected = expected
+        self.tables = tables
+        names = ", ".join(repr(t) for t in tables)
+        LoviaStoreError.__init__(
+            self,
+            f"{database}: the table(s) {names} have lovia 0.9's columns but not exactly its "
+            "layout, and the file has no lovia_schema table, so lovia-store cannot tell "
+            "whether they hold lovia's history; nothing was written. If they do, convert "
+            f"the file with `lovia-store upgrade --adopt-lovia {database}` (a copy is kept "
+            "first); if they are your own tables, give lovia-store a file of its own",
         )
 
 

@@ -50,7 +50,11 @@ def _database(
 
 
 async def upgrade(
-    target: Target, *, schema: str | None = None, legacy_backup: Backup = True
+    target: Target,
+    *,
+    schema: str | None = None,
+    legacy_backup: Backup = True,
+    adopt_lovia: bool = False,
 ) -> UpgradeReport:
     """Bring the database at ``target`` to the current schema (idempotent); say what it did.
 
@@ -58,13 +62,14 @@ async def upgrade(
     (as ``Database(schema=...)``). Refuses, with ``SchemaVersionError``, a
     database a newer version wrote. Converting a file that lovia 0.9 or
     zett-agent wrote first keeps a copy of it, as ``Database(legacy_backup=...)``
-    says (a ``Database`` passed in keeps its own setting).
+    says (a ``Database`` passed in keeps its own setting). ``adopt_lovia``
+    converts the tables a ``LegacyTableError`` named as lovia's.
     """
     from .db.schema import migrate
 
     db = _database(target, schema, verify_only=False, legacy_backup=legacy_backup)
     try:
-        return await migrate(db)
+        return await migrate(db, adopt_lovia=adopt_lovia)
     finally:
         if db is not target:
             await db.close()

@@ -58,6 +58,12 @@ def report_lines(report: UpgradeReport) -> list[str]:
     help="Convert without keeping a copy (you keep backups of your own); needed to "
     "convert a server database, which cannot be copied from here.",
 )
+@click.option(
+    "--adopt-lovia",
+    is_flag=True,
+    help="Convert tables shaped like lovia 0.9's that the file does not prove are "
+    "lovia's (what a LegacyTableError names), as lovia's history.",
+)
 @json_option
 @click.pass_obj
 def upgrade_command(
@@ -66,6 +72,7 @@ def upgrade_command(
     schema: str | None,
     backup_dir: str | None,
     no_backup: bool,
+    adopt_lovia: bool,
     as_json: bool,
 ) -> int:
     """Bring the database at URL to the current schema, creating it if needed.
@@ -80,7 +87,9 @@ def upgrade_command(
     target = url or default_url()
     legacy_backup: bool | str = False if no_backup else (backup_dir or True)
     with output.progress(f"upgrading {shown(target)}"):
-        report = asyncio.run(upgrade(target, schema=schema, legacy_backup=legacy_backup))
+        report = asyncio.run(
+            upgrade(target, schema=schema, legacy_backup=legacy_backup, adopt_lovia=adopt_lovia)
+        )
     if as_json:
         output.json(report_document(report))
     else:

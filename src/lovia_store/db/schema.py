@@ -32,6 +32,7 @@ from sqlalchemy import Connection, inspect, text
 
 from ..errors import SchemaNotCurrentError
 from ..migrations.conversion import keep_legacy_copy, to_convert
+from ..migrations.recognition import LOVIA_MARK_DDL
 from . import progress
 from .schema_state import (
     HOST_VERSION_TABLE,
@@ -188,11 +189,15 @@ def _upgrade_on(conn: Connection, db: Database, target: str, state: SchemaState)
     return UpgradeReport(db.url, state.revision, after, converted, backup)
 
 
-async def migrate(db: Database, target: str = "head") -> UpgradeReport:
+async def migrate(
+    db: Database, target: str = "head", *, adopt_lovia: bool = False
+) -> UpgradeReport:
     """Bring ``db`` to ``target`` in one transaction, under the migration lock.
 
     The state is read again once the lock is held: another process may have
     migrated while this one waited, and then there is nothing left to do.
+    ``adopt_lovia`` takes tables the gate could not prove to be lovia's for
+    lovia's, adding the mark lovia itself would have (see ``LegacyTableError``).
     """
 
     def work(conn: Connection) -> UpgradeReport:
@@ -200,6 +205,9 @@ async def migrate(db: Database, target: str = "head") -> UpgradeReport:
         try:
             _enter_schema(conn)
             state = read_state(conn)
+            if adopt_lovia and state.unproven:
+                conn.exec_driver_sql(LOVIA_MARK_DDL)
+                state = read_state(conn)
             refuse_newer(state, db.url)
             refuse_joined(state, db.url, target)
             if state.revision == head_revision() and target == "head":

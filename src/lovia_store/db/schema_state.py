@@ -19,7 +19,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, select
 
-from ..errors import JoinedLineageError, SchemaConflictError, SchemaVersionError
+from ..errors import JoinedLineageError, LegacyTableError, SchemaConflictError, SchemaVersionError
+from ..migrations.recognition import unproven_lovia_tables
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
 __all__ = [
@@ -86,6 +87,9 @@ class SchemaState:
     """Our tables without our version table: a host's Alembic ran our revisions."""
     foreign: tuple[str, ...] = ()
     """Tables with our names that are not ours (only looked for with no revision)."""
+    unproven: tuple[str, ...] = ()
+    """lovia's tables in a SQLite file that may be lovia's history but are not proven
+    to be (only looked for with no revision: ``recognition.unproven_lovia_tables``)."""
 
 
 _FIRST_TABLES = frozenset(
@@ -163,18 +167,24 @@ def read_state(conn: Connection) -> SchemaState:
     elif joined:
         revision = _joined_revision(conn, schema, names)
     foreign = _foreign_tables(conn, schema, names, joined) if revision is None else ()
+    unproven = tuple(unproven_lovia_tables(conn, schema)) if revision is None else ()
     versions: dict[str, int] = {}
     if schema_versions.name in names and schema_versions.name not in foreign:
         rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
         versions = {store: int(version) for store, version in rows}
-    return SchemaState(revision, versions, joined, foreign)
+    return SchemaState(revision, versions, joined, foreign, unproven)
 
 
 def refuse_newer(state: SchemaState, database: str) -> None:
-    """Raise ``SchemaVersionError`` if a newer version wrote this database, and
-    ``SchemaConflictError`` if a table that is not ours has one of our names."""
+    """Raise ``SchemaVersionError`` if a newer version wrote this database,
+    ``SchemaConflictError`` if a table that is not ours has one of our names, and
+    ``LegacyTableError`` if lovia's history may stand in tables not proven to be lovia's."""
     if state.foreign:
         raise SchemaConflictError(database=database, table=state.foreign[0])
+    if state.unproven:
+        raise LegacyTableError(
+            database=database, tables=list(state.unproven), expected=head_revision()
+        )
     for store, version in sorted(state.versions.items()):
         if store not in KNOWN_VERSIONS:
             # Another lovia store's row (its web UI keeps "chat" here): not ours
