@@ -295,6 +295,54 @@ async def test_adoption_happens_on_postgresql_too(
         assert not ZETT_TABLES & await store.database.read(_table_names)
 
 
+async def assert_the_real_zett_refuses(url: str) -> None:
+    """Every call of zett-agent's own storage fails on a converted database, before it
+    reads or writes anything: no empty session shown, no write lovia-store never sees."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+    from zett_agent.messages import UserMessage
+    from zett_agent.storage import SQLSessionStorage as ZettStorage
+
+    zett = ZettStorage(url)
+    try:
+        for call in (
+            lambda: zett.list_sessions(),
+            lambda: zett.load("alice"),
+            lambda: zett.count_messages("alice"),
+            lambda: zett.append("alice", "r-new", UserMessage(content="written by zett")),
+            lambda: zett.create_session(title="new"),
+        ):
+            with pytest.raises((OperationalError, ProgrammingError), match="ADD COLUMN"):
+                await call()
+    finally:
+        await zett.close()
+
+
+async def test_the_real_zett_fails_loudly_on_a_converted_file(
+    legacy_copy: Callable[[str], Path],
+) -> None:
+    path = legacy_copy("zett-0.2.1.sqlite3")
+    async with SQLSessionStorage(path) as store:  # the first use converts
+        await store.list_sessions()
+    await assert_the_real_zett_refuses(f"sqlite+aiosqlite:///{path}")
+    assert not ZETT_TABLES & tables(path)  # zett created nothing beside ours
+    async with SQLSessionStorage(path) as store:  # and lovia-store still reads it all
+        await assert_matches(store, MANIFEST)
+
+
+async def test_the_real_zett_fails_loudly_on_a_converted_postgresql_database(
+    legacy_copy: Callable[[str], Path], pg_url: str
+) -> None:
+    from lovia_store import Database
+
+    await _copy_zett_tables_to_postgres(legacy_copy("zett-0.2.1.sqlite3"), pg_url)
+    async with Database(pg_url, legacy_backup=False) as db, SQLSessionStorage(db) as store:
+        await store.list_sessions()
+    await assert_the_real_zett_refuses(pg_url)
+    async with Database(pg_url) as db, SQLSessionStorage(db) as store:
+        await assert_matches(store, MANIFEST)
+        assert not ZETT_TABLES & await store.database.read(_table_names)
+
+
 def _table_names(conn: Connection) -> set[str]:
     rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"))
     return {row[0] for row in rows}

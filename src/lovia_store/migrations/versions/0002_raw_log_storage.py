@@ -432,8 +432,33 @@ def upgrade() -> None:
     _adopt_snapshots(bind)
     for name in ZETT_TABLES:
         op.drop_table(name)
+    _guard_against_zett(bind)
+
+
+GUARD_NOTE = (
+    "converted to lovia-store: open this database with lovia_store.integrations.zett; "
+    "zett-agent itself opens only the copy or dump kept from before it"
+)
+
+
+def _guard_against_zett(bind: sa.Connection) -> None:
+    """Views under zett's table names, so the real zett-agent fails loudly on a converted
+    database instead of creating empty tables beside ours (showing an empty session and
+    taking writes lovia-store never sees). zett's first call finds a "table" without
+    its columns and stops (SQLite: "Cannot add a column to a view"); the views' one
+    column says why to whoever looks. They read no table, so no later ALTER minds them.
+    """
+    existing = set(sa.inspect(bind).get_view_names())
+    note = GUARD_NOTE.replace("'", "''")
+    for name in ZETT_TABLES:
+        if name not in existing:
+            op.execute(f"CREATE VIEW {name} AS SELECT '{note}' AS converted_to_lovia_store")
 
 
 def downgrade() -> None:
+    existing = set(sa.inspect(op.get_bind()).get_view_names())
+    for name in ZETT_TABLES:
+        if name in existing:
+            op.execute(f"DROP VIEW {name}")
     with op.batch_alter_table("lovia_messages") as batch:
         batch.drop_column("updated_at")
