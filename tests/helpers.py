@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
 from lovia_store import (
     AssistantTextEntry,
     InputEntry,
@@ -30,3 +34,12 @@ def result(call_id: str, output: str = "ok", *, raw: object = None) -> ToolResul
 def a_run(tag: str, *, output: str = "ok") -> list[TranscriptEntry]:
     """A four-entry run: question, one tool round trip, answer."""
     return [user(f"q {tag}"), call(f"c-{tag}"), result(f"c-{tag}", output), say(f"a {tag}")]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 60.0) -> None:
+    """Wait until ``check()`` holds, however slow the machine: ``within`` is a bound on a
+    hang, never a timing the test relies on."""
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"still not true after {within} s"
+        await asyncio.sleep(0.02)

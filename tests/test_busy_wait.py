@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from helpers import a_run
 from lovia_store import Database, SQLSession, StoreBusyError
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LEGACY, SQLITE_KINDS, Backend
+from backends import LEGACY, SQLITE_KINDS, Backend
 from helpers import a_run, say, user
 from lovia_store import (
     Database,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LEGACY
+from backends import LEGACY
 from helpers import a_run
 from lovia_store import SQLSession, check, upgrade
 from lovia_store.cli import DEFAULT_FILE, main

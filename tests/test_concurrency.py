@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import lovia_store
-from conftest import connect_pg_admin, fresh_server_database, server_url
+from backends import connect_pg_admin, fresh_server_database, server_url
 from helpers import a_run, user
 from lovia_store import (
     CompactedMessage,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import create_pg_database, drop_pg_database
+from backends import create_pg_database, drop_pg_database
 from lovia_store import Database, SQLCheckpointer, SQLSession, entry_to_dict
 
 CHILD = Path(__file__).with_name("crash_child.py")

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run
 from lovia_store import (
     ConflictError,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Backend
+from backends import Backend
 from lovia_store import ToolResultEntry, UserError
 
 

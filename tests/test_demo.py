@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import create_pg_database, drop_pg_database
+from backends import create_pg_database, drop_pg_database
 from lovia_store import InputEntry, SQLCheckpointer, SQLiteCheckpointer, SQLiteSession, SQLSession
 from lovia_store.demo import RUN_ID, SESSION
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from lovia_store import (
     Agent,
     AssistantTextEntry,

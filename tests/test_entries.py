@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from conftest import LEGACY
+from backends import LEGACY
 from helpers import call, result, say, user
 from lovia_store import (
     ImagePart,

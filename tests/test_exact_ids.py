@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateTable
 
-from conftest import Backend, _mysql_admin, fresh_server_database
+from backends import Backend, _mysql_admin, fresh_server_database
 from helpers import call, result, say, user
 from lovia_store import (
     Database,

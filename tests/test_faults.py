@@ -36,7 +36,7 @@ from sqlalchemy import Connection, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
-from conftest import connect_pg_admin, fresh_server_database, server_url
+from backends import connect_pg_admin, fresh_server_database, server_url
 from crash_child import LOOP_TEXT, loop_entries
 from helpers import a_run
 from lovia_store import (

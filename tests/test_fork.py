@@ -21,7 +21,7 @@ from zett_agent.extensions.compaction import CompactedMessage as ZettCompacted
 from zett_agent.extensions.sql import SQLSessionExtension
 from zett_agent.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, call, result, say, user
 from lovia_store import Database, ForkOrigin, MessageTiming, SQLSession, Usage, UserError
 from lovia_store.db.tables import messages, session_runs, sessions, snapshots

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import SQLITE_KINDS, Backend
+from backends import SQLITE_KINDS, Backend
 from lovia_store import ConflictError, Database, InputEntry, LoviaStoreError, SQLSession
 from lovia_store.db.tables import messages
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from helpers import a_run
 from lovia_store import (
     LoviaStoreError,

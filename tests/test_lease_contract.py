@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from conftest import Backend
-from helpers import call, say, user
+from backends import Backend
+from helpers import call, eventually, say, user
 from lovia_store import (
     Agent,
     CheckpointOptions,
@@ -51,9 +51,45 @@ async def cp(backend: Backend) -> AsyncIterator[AnyCheckpointer]:
         yield store
 
 
-async def expired(lease: RunLease) -> None:
-    """Wait until ``lease`` has lapsed by the clock that judges it."""
-    await asyncio.sleep(max(0.0, (lease.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+def now_ms() -> int:
+    return round(time.time() * 1000)
+
+
+async def stored_expiry(cp: AnyCheckpointer, run_id: str) -> int:
+    """The run lease's expiry as stored (epoch milliseconds)."""
+    if isinstance(cp, InMemoryCheckpointer):
+        return round(cp._leases[run_id].expires_at.timestamp() * 1000)
+
+    def read(conn: Any) -> int:
+        query = select(run_leases.c.expires_ms).where(run_leases.c.run_id == run_id)
+        return int(conn.execute(query).scalar_one())
+
+    return await cp.database.read(read)
+
+
+async def store_expiry(cp: AnyCheckpointer, run_id: str, expires_ms: int) -> None:
+    """Set the stored expiry, as time passing would: 1 is a lease that lapsed long ago."""
+    if isinstance(cp, InMemoryCheckpointer):
+        held = cp._leases[run_id]
+        when = datetime.fromtimestamp(expires_ms / 1000, UTC)
+        cp._leases[run_id] = held.model_copy(update={"expires_at": when})
+        return
+
+    def write(conn: Any) -> None:
+        lease = update(run_leases).where(run_leases.c.run_id == run_id)
+        conn.execute(lease.values(expires_ms=expires_ms))
+
+    await cp.database.write(write)
+
+
+async def renewed_in_the_background(cp: AnyCheckpointer, run_id: str) -> None:
+    """Lapse the stored lease; return once its holder's background renewal restored it."""
+    await store_expiry(cp, run_id, 1)
+
+    async def restored() -> bool:
+        return await stored_expiry(cp, run_id) > now_ms()
+
+    await eventually(restored)
 
 
 async def test_a_lease_names_its_holder_and_expiry(cp: AnyCheckpointer) -> None:
@@ -83,9 +119,10 @@ async def test_a_held_run_is_refused_and_the_holder_keeps_it(cp: AnyCheckpointer
 async def test_a_lapsed_lease_is_taken_over_and_its_writes_are_refused(
     cp: AnyCheckpointer,
 ) -> None:
-    stalled = await cp.acquire_lease("r", ttl=0.3)
+    stalled = await cp.acquire_lease("r", ttl=30)
     await cp.append("r", [user("go")], HEAD, lease=stalled)
-    await expired(await cp.renew_lease(stalled))
+    await cp.renew_lease(stalled)
+    await store_expiry(cp, "r", 1)  # thirty seconds later, the holder stalled
     successor = await cp.acquire_lease("r", ttl=30)
     assert successor.token == stalled.token + 1 and successor.lease_id != stalled.lease_id
 
@@ -108,17 +145,20 @@ async def test_a_lapsed_lease_is_taken_over_and_its_writes_are_refused(
 
 
 async def test_writes_renew_the_lease(cp: AnyCheckpointer) -> None:
-    # Writes go on for more than twice the TTL, so an unrenewed lease would expire;
-    # the TTL leaves over a second between a write and the next check for a loaded CI.
-    lease = await cp.acquire_lease("r", ttl=1.5)
-    deadline = time.monotonic() + 3.5
-    while time.monotonic() < deadline:
+    lease = await cp.acquire_lease("r", ttl=30)
+    for _ in range(3):
+        await store_expiry(cp, "r", now_ms() + 2_000)  # about to lapse
+        before = now_ms()
         await cp.append("r", [say("step")], HEAD, lease=lease)
+        # Renewed by the write to a full ttl (the judging clock agrees with ours to 1 s).
+        assert await stored_expiry(cp, "r") >= before + 29_000
         with pytest.raises(RunInProgressError):
             await cp.acquire_lease("r")
-        await asyncio.sleep(0.25)
+    await store_expiry(cp, "r", now_ms() + 2_000)
+    before = now_ms()
     renewed = await cp.renew_lease(lease)
-    assert renewed.expires_at > lease.expires_at and renewed.token == lease.token
+    assert renewed.token == lease.token
+    assert renewed.expires_at.timestamp() * 1000 >= before + 29_000
 
 
 async def test_a_released_lease_lets_the_next_worker_in_at_once(cp: AnyCheckpointer) -> None:
@@ -171,7 +211,7 @@ async def test_a_holder_on_another_host_is_waited_out(sql_backend: Backend) -> N
     assert sql_backend.target is not None
     database = Database(sql_backend.target, wal=sql_backend.kind == "sqlite_wal")
     async with SQLCheckpointer(database) as store:
-        lease = await store.acquire_lease("r", ttl=0.8)
+        await store.acquire_lease("r", ttl=30)
 
         def elsewhere(conn: Any) -> None:
             conn.execute(update(run_leases).values(holder="pid 1 on other-host pid:[1]"))
@@ -179,7 +219,7 @@ async def test_a_holder_on_another_host_is_waited_out(sql_backend: Backend) -> N
         await database.write(elsewhere)
         with pytest.raises(RunInProgressError, match="other-host"):
             await store.acquire_lease("r")
-        await expired(lease)
+        await store_expiry(store, "r", 1)  # its ttl went by
         assert (await store.acquire_lease("r")).token == 2
     await database.close()
 
@@ -202,11 +242,9 @@ def waiting_agent(gate: asyncio.Event, started: asyncio.Event) -> Agent:
 async def test_a_run_in_progress_is_not_started_twice(cp: AnyCheckpointer) -> None:
     gate, started = asyncio.Event(), asyncio.Event()
     agent = waiting_agent(gate, started)
-    options = CheckpointOptions(cp, "r", lease_ttl=0.6)
+    options = CheckpointOptions(cp, "r", lease_ttl=30)
     first = asyncio.create_task(Runner.run(agent, "go", checkpoint=options))
     await started.wait()
-    # Three ttls: the runner renews in the background while the tool waits.
-    await asyncio.sleep(1.8)
     for policy in ("resume", "restart", "resume_only", "fail"):
         again = CheckpointOptions(cp, "r", if_run_exists=policy)  # type: ignore[arg-type]
         with pytest.raises(RunInProgressError):
@@ -219,9 +257,21 @@ async def test_a_run_in_progress_is_not_started_twice(cp: AnyCheckpointer) -> No
     assert replay.replayed and replay.entries == outcome.entries
 
 
+async def test_a_waiting_tool_keeps_the_lease(cp: AnyCheckpointer) -> None:
+    """The runner renews in the background while a tool waits, with no write to renew it."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    options = CheckpointOptions(cp, "r", lease_ttl=1.5)
+    run = asyncio.create_task(Runner.run(waiting_agent(gate, started), "go", checkpoint=options))
+    await started.wait()
+    await renewed_in_the_background(cp, "r")
+    await renewed_in_the_background(cp, "r")  # and again: it keeps renewing
+    gate.set()
+    assert (await run).final_output == "done"
+
+
 async def test_a_worker_that_lost_its_run_stops_without_writing(cp: AnyCheckpointer) -> None:
     gate, started = asyncio.Event(), asyncio.Event()
-    options = CheckpointOptions(cp, "r", lease_ttl=0.3)
+    options = CheckpointOptions(cp, "r", lease_ttl=30)
     first = asyncio.create_task(Runner.run(waiting_agent(gate, started), "go", checkpoint=options))
     await started.wait()
     before = await cp.load("r")
@@ -236,16 +286,7 @@ async def test_a_worker_that_lost_its_run_stops_without_writing(cp: AnyCheckpoin
 
 async def _steal(cp: AnyCheckpointer, run_id: str) -> RunLease:
     """The run's lease, taken from its holder as if it had lapsed."""
-    if isinstance(cp, InMemoryCheckpointer):
-        held = cp._leases[run_id]
-        cp._leases[run_id] = held.model_copy(update={"expires_at": datetime.fromtimestamp(0, UTC)})
-    else:
-        database = cp.database
-
-        def lapse(conn: Any) -> None:
-            conn.execute(update(run_leases).values(expires_ms=0))
-
-        await database.write(lapse)
+    await store_expiry(cp, run_id, 1)
     return await cp.acquire_lease(run_id)
 
 
@@ -279,27 +320,29 @@ async def test_a_run_in_progress_cannot_be_abandoned(cp: AnyCheckpointer) -> Non
 
 async def test_a_blocking_tool_keeps_the_lease(cp: AnyCheckpointer) -> None:
     """A sync tool runs in a thread, so the renewal goes on while it blocks."""
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     @function_tool
     def block() -> str:
-        """Block the calling thread for three ttls."""
+        """Block the calling thread until the test releases it."""
         started.set()
-        time.sleep(1.8)
+        assert release.wait(120)
         return "done blocking"
 
     agent = Agent("a", ScriptedModel([[call("c1", "block")], [say("done")]]), tools=[block])
-    options = CheckpointOptions(cp, "r", lease_ttl=0.6)
+    options = CheckpointOptions(cp, "r", lease_ttl=1.5)
     run = asyncio.create_task(Runner.run(agent, "go", checkpoint=options))
-    assert await asyncio.to_thread(started.wait, 10)
-    await asyncio.sleep(1.2)  # twice the ttl into the tool call
-    with pytest.raises(RunInProgressError):
-        await cp.acquire_lease("r")
+    assert await asyncio.to_thread(started.wait, 60)
+    try:
+        await renewed_in_the_background(cp, "r")
+        await renewed_in_the_background(cp, "r")
+    finally:
+        release.set()
     assert (await run).final_output == "done"
 
 
 async def test_a_stale_worker_cannot_delete_the_run(cp: AnyCheckpointer) -> None:
-    stalled = await cp.acquire_lease("r", ttl=0.2)
+    stalled = await cp.acquire_lease("r", ttl=30)
     await cp.append("r", [user("go")], HEAD, lease=stalled)
     await _steal(cp, "r")
     with pytest.raises(RunOwnershipLost):

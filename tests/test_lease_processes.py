@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select, update
 
-from conftest import Backend, _backend
+from backends import Backend, _backend
 from helpers import user
 from lease_child import QUESTION, build_agent
 from lovia_store import (
@@ -194,11 +194,16 @@ async def db_now(db: Database) -> int:
     return await db.read(work)
 
 
-async def wait_until_expired(db: Database, expires_ms: int, worker: Worker) -> None:
-    async def expired() -> bool:
-        return await db_now(db) > expires_ms
+async def lapse(db: Database) -> int:
+    """Age the run's lease past its expiry, as its ttl going by would; the expiry it had."""
+    expires_ms = (await lease_row(db)).expires_ms
 
-    await wait_for("the lease to expire", expired, worker)
+    def work(conn: Connection) -> None:
+        lease = update(run_leases).where(run_leases.c.run_id == RUN_ID)
+        conn.execute(lease.values(expires_ms=1))
+
+    await db.write(work)
+    return int(expires_ms)
 
 
 def reissue_options(db: Database, ttl: float) -> CheckpointOptions:
@@ -263,9 +268,9 @@ async def test_a_stalled_worker_is_fenced_off_after_a_takeover(
     out one that a slow write may have let start), and no transaction holds the lease
     row's lock while A is stopped.
     """
-    # Two seconds, not one: the "right away" re-issue below has to land inside A's lease
-    # even on a loaded machine (it races nothing else, so this only adds margin).
-    ttl = 2.0
+    # A long ttl: the re-issue below lands inside A's lease however loaded the machine;
+    # the ttl then "goes by" when the test ages the stored lease.
+    ttl = 60.0
     work = tmp_path / "work"
     a = spawn("stop", ttl, "a")
     await wait_stopped(a)  # inside call b, after result a was stored
@@ -279,7 +284,7 @@ async def test_a_stalled_worker_is_fenced_off_after_a_takeover(
     assert refused.value.expires_at == from_epoch_ms(held.expires_ms)
     assert await dump(db) == before, "a refused re-issue changed the database"
 
-    await wait_until_expired(db, held.expires_ms, a)
+    await lapse(db)
     assert a.state() == "T"
     b = spawn("run", ttl, "b")
     code, report = b.finish()
@@ -332,7 +337,7 @@ async def test_a_crashed_holder_on_this_host_is_taken_over_at_once(
 
 async def test_a_live_holder_on_another_host_is_waited_out(db: Database, tmp_path: Path) -> None:
     """Its pid means nothing here, so only the lease's expiry lets the run be taken over."""
-    ttl = 4.0  # long enough that a loaded machine reaches the first re-issue before expiry
+    ttl = 60.0  # the first re-issue lands inside it however loaded the machine
     checkpointer = SQLCheckpointer(db)
     lease = await checkpointer.acquire_lease(RUN_ID, ttl=ttl)
     # What a runner stores first: the input, under its lease. Then it "moved" hosts.
@@ -353,22 +358,14 @@ async def test_a_live_holder_on_another_host_is_waited_out(db: Database, tmp_pat
     expires_ms = (await lease_row(db)).expires_ms
     frozen = await dump(db)
 
-    refusals = 0
-    while True:
-        started = await db_now(db)
-        try:
-            result = await reissue(db, ttl, tmp_path / "tools")
-        except RunInProgressError as exc:
-            assert started < expires_ms, "refused after the lease had expired"
-            assert exc.holder == elsewhere
-            assert exc.expires_at == from_epoch_ms(expires_ms)
-            assert await dump(db) == frozen, "a refused re-issue changed the database"
-            refusals += 1
-            await _pause()
-            continue
-        break
-    assert refusals >= 1
-    assert await db_now(db) >= expires_ms, "taken over before the lease expired"
+    for _ in range(2):  # refused, and refused again: its pid is never taken as gone
+        with pytest.raises(RunInProgressError) as refused:
+            await reissue(db, ttl, tmp_path / "tools")
+        assert refused.value.holder == elsewhere
+        assert refused.value.expires_at == from_epoch_ms(expires_ms)
+        assert await dump(db) == frozen, "a refused re-issue changed the database"
+    await lapse(db)  # its ttl went by
+    result = await reissue(db, ttl, tmp_path / "tools")
     taken = await lease_row(db)
     assert taken.token == 2 and taken.holder == this_holder()
 
@@ -380,8 +377,10 @@ async def test_a_live_holder_on_another_host_is_waited_out(db: Database, tmp_pat
 async def test_a_long_tool_call_keeps_the_lease(
     db: Database, spawn: Callable[[str, float, str], Worker], tmp_path: Path
 ) -> None:
-    """No write for 3 x ttl: the background renewal alone keeps a second worker out."""
-    ttl = 1.0
+    """No write while the tool works: the background renewal alone keeps a second worker
+    out. The test ages the stored lease past its expiry twice; each time only A's renewal
+    (every ttl / 3) can restore it before B is started."""
+    ttl = 6.0
     work = tmp_path / "work"
     a = spawn("long", ttl, "a")
 
@@ -390,8 +389,13 @@ async def test_a_long_tool_call_keeps_the_lease(
 
     await wait_for("the long tool call", in_tool, a)
     first = await lease_row(db)
-    # Past the expiry the lease had when the tool began, only a renewal can keep it.
-    await wait_until_expired(db, first.expires_ms, a)
+    for _ in range(2):
+        await lapse(db)
+
+        async def restored() -> bool:
+            return (await lease_row(db)).expires_ms > await db_now(db)
+
+        await wait_for("a background renewal", restored, a)
     renewed = await lease_row(db)
     assert renewed.token == 1 and renewed.expires_ms > first.expires_ms
 
@@ -411,7 +415,7 @@ async def test_a_long_tool_call_keeps_the_lease(
     code, report = a.finish()
     assert code == 0, a.stderr()
     assert report["outcome"] == "completed" and report["tokens"] == [1]
-    assert report["renewals"] >= 2  # 3 x ttl without a write, renewed every ttl / 3
+    assert report["renewals"] >= 2  # no write in the tool, renewed every ttl / 3
 
     expected = await uninterrupted(db, tmp_path / "reference-tools")
     assert report["entries"] == expected

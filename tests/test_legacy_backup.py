@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LEGACY
+from backends import LEGACY
 from lovia_store import Database, LegacyBackupError, SQLiteSession, SQLSessionStorage, upgrade
 from lovia_store.db.schema import head_revision
 

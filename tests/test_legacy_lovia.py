@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import LEGACY
+from backends import LEGACY
 from lovia_store import SQLiteSession, check, entry_to_dict
 from lovia_store.db.schema import KNOWN_VERSIONS
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from conftest import LEGACY
+from backends import LEGACY
 from helpers import say, user
 from lovia_store import (
     AssistantTextEntry,

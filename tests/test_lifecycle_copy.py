@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from lifecycle_support import (
     IN_FLIGHT,
     IN_FLIGHT_SESSION,

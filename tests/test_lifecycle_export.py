@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Backend
+from backends import Backend
 from lifecycle_support import lovia_entries, populate, public_reads
 from lovia_store import SQLSession, UserError
 from lovia_store.cli.app import main

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, func, select
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, call, say, user
 from lovia_store import (
     Agent,

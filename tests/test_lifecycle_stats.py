@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, call, result, user
 from lovia_store import Database, RunHead, SchemaNotCurrentError, SQLSession, UserError, upgrade
 from lovia_store.cli import main

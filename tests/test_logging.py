@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from conftest import HERE
+from backends import HERE
 from lovia_store import Database, InputEntry, SQLCheckpointer, SQLSession, StoreUnavailableError
 
 ROOT = HERE.parent

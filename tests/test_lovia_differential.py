@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 
 import lovia_store
 import lovia_strategies as gen
-from conftest import SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from backends import SQL_KINDS, SQLITE_KINDS, fresh_server_database
 from lovia_store import Database, UserError
 from lovia_store.integrations.lovia import SQLCheckpointer, SQLSession
 

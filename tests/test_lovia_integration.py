@@ -30,7 +30,7 @@ from lovia.transcript import (
 )
 
 import lovia_store
-from conftest import LEGACY, SQLITE_KINDS, Backend
+from backends import LEGACY, SQLITE_KINDS, Backend
 from lovia_store import Database, SQLSessionStorage
 from lovia_store.integrations.lovia import (
     SQLCheckpointer,

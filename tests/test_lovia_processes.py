@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Backend, _backend
+from backends import Backend, _backend
 from lovia_store import SQLCheckpointer as NativeCheckpointer
 from lovia_store import SQLSession as NativeSession
 

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from conftest import server_url
+from backends import server_url
 
 PEERS = Path(__file__).resolve().parent / "peers"
 SCRIPT = PEERS / "run_lovia_suite.sh"

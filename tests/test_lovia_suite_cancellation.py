@@ -19,7 +19,7 @@ from lovia.checkpointer import RunHead
 from lovia.messages import Usage
 from lovia.transcript import InputEntry
 
-from conftest import Backend
+from backends import Backend
 from lovia_store.integrations import lovia as ours
 from test_lovia_suite_ports import open_checkpointer
 

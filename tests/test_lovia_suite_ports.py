@@ -24,7 +24,7 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy import text as sql
 from sqlalchemy.sql import Executable
 
-from conftest import SQLITE_KINDS, Backend
+from backends import SQLITE_KINDS, Backend
 from lovia_store import LoviaStoreError, StoredValueError
 from lovia_store.db import tables
 from lovia_store.integrations import lovia as ours

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.schema import CreateTable
 
-from conftest import HERE, fresh_server_database
+from backends import HERE, fresh_server_database
 from lovia_store import Database, upgrade
 from lovia_store.db import executors
 from lovia_store.db.mysql_ddl import TABLE_PREFIX  # registers the rule, as env.py does

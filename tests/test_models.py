@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, selectinload
 from sqlalchemy.pool import NullPool
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run
 from lovia_store import (
     Database,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Integer, bindparam, select, text
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, user
 from lovia_store import (
     CompactedMessage,

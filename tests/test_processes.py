@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import Connection, select, text
 
 import lovia_store
-from conftest import LEGACY
+from backends import LEGACY
 from helpers import a_run
 from lovia_store import Database, SQLiteSession, SQLSession, entry_from_dict, entry_to_dict
 from lovia_store.db.schema import KNOWN_VERSIONS, head_revision

@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
-from conftest import ALL_KINDS, SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from backends import ALL_KINDS, SQL_KINDS, SQLITE_KINDS, fresh_server_database
 from lovia_store import (
     AssistantTextEntry,
     CompactedMessage,

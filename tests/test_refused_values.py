@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, text
 
-from conftest import SQLITE_KINDS, Backend
+from backends import SQLITE_KINDS, Backend
 from lovia_store import (
     AssistantTextEntry,
     InMemoryCheckpointer,

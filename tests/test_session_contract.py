@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LEGACY, Backend
+from backends import LEGACY, Backend
 from helpers import a_run
 from lovia_store import InMemorySession, Segment, SQLSession, entry_from_dict, entry_to_dict
 from lovia_store.testing import SessionContract

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, call, result, say, user
 from lovia_store import (
     CompactedMessage,

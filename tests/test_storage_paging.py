@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, event, text
 
-from conftest import Backend
+from backends import Backend
 from helpers import user
 from lovia_store import SQLSession, SQLSessionStorage
 from lovia_store.db.tables import messages, sessions

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from lovia_store import (
     CompactedMessage,
     InputEntry,

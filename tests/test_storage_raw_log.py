@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Backend
+from backends import Backend
 from helpers import call, result, say, user
 from lovia_store import (
     CompactedMessage,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from conftest import Backend
+from backends import Backend
 from helpers import say, user
 from lovia_store import CompactedMessage, SessionView, SQLSessionStorage, UserError
 from lovia_store.db.tables import messages

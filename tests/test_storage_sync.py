@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SQLITE_KINDS, create_pg_database, drop_pg_database
+from backends import SQLITE_KINDS, create_pg_database, drop_pg_database
 from helpers import say, user
 from lovia_store import (
     CompactedMessage,

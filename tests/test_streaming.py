@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Backend
+from backends import Backend
 from helpers import a_run, result, say, user
 from lovia_store import SQLSession, UserError
 

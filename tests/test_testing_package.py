@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-import conftest
-from divergences import divergence_of
+from divergences import divergence_of, mark_divergences
 from lovia_store import InMemoryCheckpointer, InMemorySession, Segment, TranscriptEntry
 from lovia_store.testing import (
     CHECKPOINT_CASES,
@@ -154,12 +153,9 @@ class _Item:
         self.markers.append(marker)
 
 
-def test_the_conftest_hook_makes_each_declared_divergence_a_strict_xfail(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(conftest, "DIVERGENCES", {"*::test_y[memory]": "memory differs"})
+def test_the_collection_hook_makes_each_declared_divergence_a_strict_xfail() -> None:
     diverging, same = _Item("tests/t.py::test_y[memory]"), _Item("tests/t.py::test_y[sqlite]")
-    conftest.pytest_collection_modifyitems([diverging, same])  # type: ignore[list-item]
+    mark_divergences([diverging, same], {"*::test_y[memory]": "memory differs"})
     assert same.markers == []
     (marker,) = diverging.markers
     assert marker.name == "xfail"

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from conftest import SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from backends import SQL_KINDS, SQLITE_KINDS, fresh_server_database
 from helpers import a_run, call, result, say, user
 from lovia_store import Database, RunHead, SQLCheckpointer, SQLSession
 from lovia_store.db.prepared import DRIVER_CURSOR, traced

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from conftest import fresh_server_database, server_url
+from backends import fresh_server_database, server_url
 from helpers import a_run
 from lovia_store import (
     Database,

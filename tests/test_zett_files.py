@@ -43,7 +43,7 @@ from zett_agent.model import ModelUsage
 from zett_agent.stop import StopInfo, StopReason
 from zett_agent.storage import SQLiteSessionStorage as ZettStorage
 
-from conftest import LEGACY
+from backends import LEGACY
 from lovia_store import Database, SQLiteSession, ToolCallEntry, ToolResultEntry
 from lovia_store.db.schema import migrate
 from lovia_store.integrations.zett import SQLiteSessionStorage

@@ -22,7 +22,7 @@ from zett_agent.model import ModelEvent, ModelRequest, ModelResponse, ModelUsage
 from zett_agent.storage import SQLiteSessionStorage as ZettSQLiteStorage
 from zett_agent.tools.base import tool
 
-from conftest import fresh_server_database
+from backends import fresh_server_database
 from lovia_store.integrations.zett import SQLiteSessionStorage, SQLSessionStorage
 
 KINDS = ("sqlite", "postgres", "mariadb")

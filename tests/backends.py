@@ -1,0 +1,305 @@
+"""The backends the suites run on, and the servers behind them: what tests import.
+
+Server backends read their URLs from the environment:
+``LOVIA_TEST_POSTGRES_URL`` and ``LOVIA_TEST_MYSQL_URL`` (MySQL or MariaDB)
+name a server the tests may connect to. Without the variable those tests skip,
+unless ``LOVIA_TEST_REQUIRE_SERVERS=1`` (CI sets it): then a missing server fails
+the run instead of silently skipping.
+
+The contract suites' server backends share one migrated database per server for
+the whole run, emptied after each test (``shared_server_database``): creating and
+migrating a database per test cost about 0.3 s each. A test that leaves anything
+else behind (a table, a schema, another revision) gets the database dropped and
+made anew for the next one, so no test sees another's rows or schema. Tests about
+schemas, migrations and first opens take a fresh database (``fresh_server_database``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from lovia_store import (
+    InMemoryCheckpointer,
+    InMemorySession,
+    SQLCheckpointer,
+    SQLiteCheckpointer,
+    SQLiteSession,
+    SQLiteSessionStorage,
+    SQLSession,
+    SQLSessionStorage,
+)
+
+HERE = Path(__file__).resolve().parent
+LEGACY = Path(
+    os.environ.get("LOVIA_LEGACY_FIXTURES", HERE.parents[1] / "shared" / "fixtures" / "legacy")
+)
+
+SQLITE_KINDS = ("sqlite", "sqlite_wal")
+# PostgreSQL twice: through asyncpg (what lovia-store ships with) and through
+# psycopg (what a host's own engine may use).
+SERVER_KINDS = ("postgres", "postgres_psycopg", "mariadb")
+SQL_KINDS = SQLITE_KINDS + SERVER_KINDS
+ALL_KINDS = ("memory", *SQL_KINDS)
+
+
+def server_url(variable: str) -> str:
+    url = os.environ.get(variable)
+    if not url:
+        if os.environ.get("LOVIA_TEST_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"{variable} is not set but LOVIA_TEST_REQUIRE_SERVERS=1")
+        pytest.skip(f"{variable} is not set")
+    return url
+
+
+async def connect_pg_admin() -> asyncpg.Connection:
+    """A plain asyncpg connection to the database the test URL names."""
+    url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+    return await asyncpg.connect(
+        host=url.host,
+        port=url.port or 5432,
+        user=url.username,
+        password=url.password,
+        database=url.database,
+    )
+
+
+async def _pg_admin(sql: str) -> None:
+    conn = await connect_pg_admin()
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def create_pg_database() -> str:
+    """A new empty PostgreSQL database; returns its asyncpg URL."""
+    name = f"lovia_t_{uuid.uuid4().hex[:16]}"
+    await _pg_admin(f'CREATE DATABASE "{name}"')
+    url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+    return url.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+        hide_password=False
+    )
+
+
+async def drop_pg_database(url: str) -> None:
+    await _pg_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+async def _mysql_admin(sql: str) -> None:
+    import asyncmy
+
+    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    conn = await asyncmy.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+    )
+    try:
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql)
+    finally:
+        conn.close()
+
+
+async def create_mysql_database() -> str:
+    """A new empty MySQL/MariaDB database; returns its asyncmy URL."""
+    name = f"lovia_t_{uuid.uuid4().hex[:16]}"
+    await _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    return url.set(drivername="mysql+asyncmy", database=name).render_as_string(hide_password=False)
+
+
+async def drop_mysql_database(url: str) -> None:
+    await _mysql_admin(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
+
+
+@contextlib.asynccontextmanager
+async def fresh_server_database(kind: str) -> AsyncIterator[str]:
+    """A new empty database on the PostgreSQL (``postgres``) or MySQL server, dropped after."""
+    create, drop = (
+        (create_pg_database, drop_pg_database)
+        if kind == "postgres"
+        else (create_mysql_database, drop_mysql_database)
+    )
+    url = await create()
+    try:
+        yield url
+    finally:
+        await drop(url)
+
+
+_SHARED: dict[str, str] = {}
+"""The migrated database each server's backends share, by server."""
+
+
+@contextlib.asynccontextmanager
+async def shared_server_database(server: str) -> AsyncIterator[str]:
+    """The run's migrated database on ``server`` (``postgres`` or ``mariadb``), empty,
+    emptied again after the test; dropped and made anew if the test left anything else."""
+    from lovia_store import upgrade
+
+    url = _SHARED.get(server)
+    if url is None:
+        url = await (create_pg_database if server == "postgres" else create_mysql_database)()
+        await upgrade(url)
+        _SHARED[server] = url
+    try:
+        yield url
+    finally:
+        if not await (_empty_pg if server == "postgres" else _empty_mysql)(url):
+            del _SHARED[server]
+            await (drop_pg_database if server == "postgres" else drop_mysql_database)(url)
+
+
+def _our_tables() -> tuple[list[str], set[str], dict[str, int], str]:
+    """Our tables children first, every table a migrated database has, the store
+    versions it records and its revision."""
+    from lovia_store.db.schema import KNOWN_VERSIONS, head_revision
+    from lovia_store.db.tables import VERSION_TABLE, metadata, schema_versions
+
+    tables = [t.name for t in reversed(metadata.sorted_tables) if t is not schema_versions]
+    return tables, {*metadata.tables, VERSION_TABLE}, KNOWN_VERSIONS, head_revision()
+
+
+async def _empty_pg(url: str) -> bool:
+    """Delete every row the test wrote; False if the database is not as it was made."""
+    tables, expected, versions, head = _our_tables()
+    parsed = make_url(url)
+    conn = await asyncpg.connect(
+        host=parsed.host,
+        port=parsed.port or 5432,
+        user=parsed.username,
+        password=parsed.password,
+        database=parsed.database,
+    )
+    try:
+        await conn.execute("SET lock_timeout = '10s'")
+        await conn.execute("; ".join(f"DELETE FROM {t}" for t in tables))
+        names = {
+            r[0]
+            for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+        schemas = await conn.fetchval(
+            "SELECT count(*) FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
+            "AND nspname NOT IN ('public', 'information_schema')"
+        )
+        revision = await conn.fetch("SELECT version_num FROM lovia_alembic_version")
+        stored = dict(await conn.fetch("SELECT store, version FROM lovia_schema"))
+        return (
+            names == expected
+            and not schemas
+            and [r[0] for r in revision] == [head]
+            and stored == versions
+        )
+    except (asyncpg.PostgresError, OSError):
+        return False
+    finally:
+        await conn.close()
+
+
+async def _empty_mysql(url: str) -> bool:
+    """Delete every row the test wrote; False if the database is not as it was made."""
+    import asyncmy
+
+    tables, expected, versions, head = _our_tables()
+    parsed = make_url(url)
+    conn = await asyncmy.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        db=parsed.database,
+        autocommit=True,
+    )
+    try:
+        async with conn.cursor() as cursor:
+            await cursor.execute(
+                "SET SESSION innodb_lock_wait_timeout = 10, lock_wait_timeout = 10"
+            )
+            for table in tables:
+                await cursor.execute(f"DELETE FROM {table}")
+            await cursor.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+            )
+            names = {row[0] for row in await cursor.fetchall()}
+            await cursor.execute("SELECT version_num FROM lovia_alembic_version")
+            revision = [row[0] for row in await cursor.fetchall()]
+            await cursor.execute("SELECT store, version FROM lovia_schema")
+            stored = {row[0]: int(row[1]) for row in await cursor.fetchall()}
+        return names == expected and revision == [head] and stored == versions
+    except (asyncmy.errors.Error, OSError):
+        return False
+    finally:
+        conn.close()
+
+
+async def drop_shared_databases() -> None:
+    for server, url in list(_SHARED.items()):
+        del _SHARED[server]
+        await (drop_pg_database if server == "postgres" else drop_mysql_database)(url)
+
+
+@dataclass
+class Backend:
+    """One backend of the suites: where its data lives and how to open each store on it.
+
+    The one registry of stores per backend: ``session()``, ``storage()`` (the Raw Log API)
+    and ``checkpointer()`` (checkpoints, leases and tool effects) each open a new store on
+    the same data, so a second call sees what the first wrote (on every backend but
+    ``memory``, whose stores are each their own).
+    """
+
+    kind: str
+    target: str | None
+
+    @property
+    def durable(self) -> bool:
+        return self.kind != "memory"
+
+    def session(self) -> InMemorySession | SQLSession:
+        if self.kind == "memory":
+            return InMemorySession()
+        assert self.target is not None
+        if self.kind in SQLITE_KINDS:
+            return SQLiteSession(self.target, wal=self.kind == "sqlite_wal")
+        return SQLSession(self.target)
+
+    def storage(self) -> SQLSessionStorage:
+        """The Raw Log API (zett-agent's session storage) on this backend's database."""
+        if self.kind == "memory":
+            pytest.skip("the Raw Log API has no in-memory store")
+        assert self.target is not None
+        if self.kind in SQLITE_KINDS:
+            return SQLiteSessionStorage(self.target, wal=self.kind == "sqlite_wal")
+        return SQLSessionStorage(self.target)
+
+    def checkpointer(self) -> InMemoryCheckpointer | SQLCheckpointer:
+        """Checkpoints, run leases and tool effects on this backend's database."""
+        if self.kind == "memory":
+            return InMemoryCheckpointer()
+        assert self.target is not None
+        if self.kind in SQLITE_KINDS:
+            return SQLiteCheckpointer(self.target, wal=self.kind == "sqlite_wal")
+        return SQLCheckpointer(self.target)
+
+
+async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    if kind == "memory":
+        yield Backend(kind, None)
+    elif kind in SQLITE_KINDS:
+        yield Backend(kind, str(tmp_path / "store.sqlite3"))
+    else:
+        async with shared_server_database("mariadb" if kind == "mariadb" else "postgres") as url:
+            if kind == "postgres_psycopg":
+                url = make_url(url).set(drivername="postgresql+psycopg").render_as_string(False)
+            yield Backend(kind, url)
