@@ -7,6 +7,7 @@ adopted from lovia and zett-agent, and on PostgreSQL.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,59 @@ async def test_an_adopted_file_matches_the_tables(
 
 async def test_postgres_matches_the_tables(pg_url: str) -> None:
     assert await drift(pg_url) == []
+
+
+def sqlite_schema(path: Path) -> dict[str, Any]:
+    """Everything SQLite knows of each table (columns, keys, indexes, foreign keys) and the
+    versions recorded, in an order-free form."""
+    conn = sqlite3.connect(path)
+    try:
+        names = [
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not r[0].startswith("sqlite_")
+        ]
+        found: dict[str, Any] = {}
+        for name in names:
+            indexes = {
+                (row[1], row[2], row[3], row[4]): tuple(
+                    (c[2], c[3], c[4], c[5])
+                    for c in conn.execute(f'PRAGMA index_xinfo("{row[1]}")')
+                    if c[5]
+                )
+                for row in conn.execute(f'PRAGMA index_list("{name}")')
+            }
+            found[name] = {
+                "columns": {r[1:] for r in conn.execute(f'PRAGMA table_xinfo("{name}")')},
+                "indexes": {k if k[2] != "pk" else (None, *k[1:]): v for k, v in indexes.items()},
+                "foreign keys": {r[2:] for r in conn.execute(f'PRAGMA foreign_key_list("{name}")')},
+            }
+        found["rows"] = {
+            "lovia_schema": sorted(conn.execute("SELECT store, version FROM lovia_schema")),
+            VERSION_TABLE: sorted(conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")),
+        }
+        return found
+    finally:
+        conn.close()
+
+
+async def test_a_new_file_made_in_one_step_equals_one_the_revisions_built(tmp_path: Path) -> None:
+    """A new SQLite file gets the current schema in one step (``_create_current``); the
+    revisions, run one by one, build exactly the same tables."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from lovia_store.db.schema_state import alembic_config
+
+    one_step = tmp_path / "one-step.sqlite3"
+    await upgrade(one_step)
+    by_revisions = tmp_path / "revisions.sqlite3"
+    engine = create_engine(f"sqlite:///{by_revisions}")
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    finally:
+        engine.dispose()
+    assert sqlite_schema(one_step) == sqlite_schema(by_revisions)

@@ -173,3 +173,36 @@ async def test_postgres_upgrade_and_check(pg_url: str) -> None:
         await check(pg_url)
     await upgrade(pg_url)
     await check(pg_url)
+
+
+def test_the_head_the_gate_knows_is_alembic_s_head() -> None:
+    """The gate recognises a current database without loading Alembic, by this constant."""
+    from lovia_store.db.schema_state import HEAD_REVISION, scripts
+
+    assert scripts().get_current_head() == HEAD_REVISION
+
+
+def test_opening_a_current_database_loads_no_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "current.sqlite3"
+    code = (
+        "import asyncio, sys\n"
+        "from lovia_store import SQLiteSession, upgrade\n"
+        f"asyncio.run(upgrade({str(path)!r}))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    code = (
+        "import asyncio, sys\n"
+        "from lovia_store import InputEntry, SQLiteSession\n"
+        "async def main():\n"
+        f"    async with SQLiteSession({str(path)!r}) as s:\n"
+        "        await s.append('u', [InputEntry(role='user', content='hi')])\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=True, timeout=120, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, insert, inspect, text
 
 from ..errors import SchemaNotCurrentError
 from ..migrations.conversion import keep_legacy_copy, to_convert
-from ..migrations.recognition import LOVIA_MARK_DDL
+from ..migrations.recognition import ADOPTED_BY, LOVIA_MARK_DDL
 from . import progress
 from .schema_state import (
+    HEAD_REVISION,
     HOST_VERSION_TABLE,
     KNOWN_VERSIONS,
     LEGACY_VERSION,
@@ -47,8 +47,9 @@ from .schema_state import (
     refuse_joined,
     refuse_newer,
     scripts,
+    version_table,
 )
-from .tables import VERSION_TABLE, metadata
+from .tables import VERSION_TABLE, metadata, schema_versions
 
 if TYPE_CHECKING:
     from .database import Database
@@ -145,6 +146,8 @@ def _unlock(conn: Connection) -> None:
 
 
 def _upgrade(conn: Connection, target: str, steps: int | None = None) -> None:
+    from alembic import command
+
     cfg = alembic_config()
     cfg.attributes["connection"] = conn
     reporter = progress.current()
@@ -177,8 +180,33 @@ def _pending(current: str | None, target: str) -> set[str]:
     return {s.revision for s in scripts().iterate_revisions(target, lower)}
 
 
+def _create_current(conn: Connection) -> None:
+    """The current schema in one step, as the revisions leave it (tests/test_schema_drift.py
+    compares the two): what a new SQLite file gets instead of every revision run in turn."""
+    metadata.create_all(conn, checkfirst=False)
+    rows = [{"store": store, "version": version} for store, version in KNOWN_VERSIONS.items()]
+    conn.execute(insert(schema_versions), rows)
+    stamp = version_table()
+    stamp.create(conn)
+    conn.execute(insert(stamp).values(version_num=HEAD_REVISION))
+
+
+def _is_new(conn: Connection, state: SchemaState, target: str) -> bool:
+    """A SQLite database with nothing of ours nor another program's to convert."""
+    if conn.dialect.name != "sqlite" or state.revision is not None or target != "head":
+        return False
+    names = set(inspect(conn).get_table_names())
+    return not names & {*metadata.tables, VERSION_TABLE} and not to_convert(
+        conn, set(ADOPTED_BY.values())
+    )
+
+
 def _upgrade_on(conn: Connection, db: Database, target: str, state: SchemaState) -> UpgradeReport:
     """The upgrade itself, on a connection that holds the migration lock."""
+    if _is_new(conn, state, target):
+        _create_current(conn)
+        logger.info("upgraded %s from revision %s to %s", db.url, None, HEAD_REVISION)
+        return UpgradeReport(db.url, None, HEAD_REVISION)
     converted = to_convert(conn, _pending(state.revision, target))
     backup = keep_legacy_copy(db, converted)
     _upgrade(conn, target, len(_pending(state.revision, target)))

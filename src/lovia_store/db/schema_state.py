@@ -13,17 +13,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, select
+from sqlalchemy import (
+    Column,
+    Connection,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    inspect,
+    select,
+)
 
 from ..errors import JoinedLineageError, LegacyTableError, SchemaConflictError, SchemaVersionError
 from ..migrations.recognition import unproven_lovia_tables
 from .tables import VERSION_TABLE, metadata, schema_versions, sessions
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 __all__ = [
+    "HEAD_REVISION",
     "HOST_VERSION_TABLE",
     "KNOWN_VERSIONS",
     "LEGACY_VERSION",
@@ -36,6 +48,7 @@ __all__ = [
     "refuse_joined",
     "refuse_newer",
     "scripts",
+    "version_table",
 ]
 
 KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 3, "raw_log": 1}
@@ -48,8 +61,25 @@ LEGACY_VERSION = 0
 """lovia 0.9's own layout; without our version table, anything newer is refused."""
 
 
+HEAD_REVISION = "0007"
+"""The newest revision in ``migrations/versions`` (tests/test_schema_gate.py checks it
+against Alembic's scripts): a current database is recognised without loading Alembic."""
+
+
+def version_table(schema: str | None = None) -> Table:
+    """Alembic's version table under our name, as Alembic itself creates it."""
+    return Table(
+        VERSION_TABLE,
+        MetaData(schema=schema),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"),
+    )
+
+
 def alembic_config() -> Config:
     """An Alembic config for the packaged scripts; no ini file needed."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(files("lovia_store") / "migrations"))
     cfg.set_main_option("path_separator", "os")
@@ -58,13 +88,13 @@ def alembic_config() -> Config:
 
 @cache
 def scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
 def head_revision() -> str:
-    head = scripts().get_current_head()
-    assert head is not None
-    return head
+    return HEAD_REVISION
 
 
 @cache
@@ -147,6 +177,8 @@ def _joined_revision(conn: Connection, schema: str | None, names: set[str]) -> s
     """
     if HOST_VERSION_TABLE not in names:
         return None
+    from alembic.runtime.migration import MigrationContext
+
     opts = {"version_table": HOST_VERSION_TABLE, "version_table_schema": schema}
     heads = MigrationContext.configure(conn, opts=opts).get_current_heads()
     ours = sorted(set(heads) & known_revisions())
@@ -162,8 +194,8 @@ def read_state(conn: Connection) -> SchemaState:
     # more query.)
     joined = VERSION_TABLE not in names and sessions.name in names
     if VERSION_TABLE in names:
-        opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
-        revision = MigrationContext.configure(conn, opts=opts).get_current_revision()
+        stamped = conn.execute(select(version_table(schema).c.version_num)).scalars()
+        revision = "+".join(sorted(stamped)) or None
     elif joined:
         revision = _joined_revision(conn, schema, names)
     foreign = _foreign_tables(conn, schema, names, joined) if revision is None else ()
@@ -196,7 +228,7 @@ def refuse_newer(state: SchemaState, database: str) -> None:
             raise SchemaVersionError(store=store, found=version, known=known, database=database)
     if state.joined:
         return  # only ours are read from the host's table; refuse_joined judges them
-    if state.revision is not None and state.revision not in known_revisions():
+    if state.revision not in (None, HEAD_REVISION) and state.revision not in known_revisions():
         raise SchemaVersionError(
             store="lovia-store schema",
             found=state.revision,
