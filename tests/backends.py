@@ -17,11 +17,14 @@ schemas, migrations and first opens take a fresh database (``fresh_server_databa
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -42,6 +45,43 @@ HERE = Path(__file__).resolve().parent
 LEGACY = Path(
     os.environ.get("LOVIA_LEGACY_FIXTURES", HERE.parents[1] / "shared" / "fixtures" / "legacy")
 )
+
+
+class Manifest(Mapping[str, Any]):
+    """A legacy fixture's manifest, read at first use: a missing fixture fails the tests
+    that read it, never the collection of every test."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def available(self) -> bool:
+        return (LEGACY / self.name).exists()
+
+    @cached_property
+    def _data(self) -> dict[str, Any]:
+        if not self.available:
+            pytest.fail(
+                f"legacy fixture {LEGACY / self.name} is missing (set LOVIA_LEGACY_FIXTURES)"
+            )
+        data: dict[str, Any] = json.loads((LEGACY / self.name).read_text())
+        return data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return next(s for s in self["sessions"] if s["session_id"] == session_id)
+
+
+LOVIA_MANIFEST = Manifest("lovia-0.9.119.manifest.json")
+ZETT_MANIFEST = Manifest("zett-0.2.1.manifest.json")
 
 SQLITE_KINDS = ("sqlite", "sqlite_wal")
 # PostgreSQL twice: through asyncpg (what lovia-store ships with) and through

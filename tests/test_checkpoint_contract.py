@@ -9,14 +9,13 @@ to reopen, a session beside the checkpointer) stays here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backends import LEGACY, SQLITE_KINDS, Backend
+from backends import LOVIA_MANIFEST, SQLITE_KINDS, Backend
 from helpers import a_run, say, user
 from lovia_store import (
     Database,
@@ -36,7 +35,7 @@ from lovia_store import (
 from lovia_store.testing import CheckpointerContract
 from lovia_store.testing.checkpoints import full_head
 
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
+MANIFEST = LOVIA_MANIFEST
 
 AnyCheckpointer = InMemoryCheckpointer | SQLCheckpointer
 AnySession = InMemorySession | SQLSession

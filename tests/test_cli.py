@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import sqlite3
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from backends import LEGACY
+from backends import LOVIA_MANIFEST
 from helpers import a_run
 from lovia_store import SQLSession, check, upgrade
 from lovia_store.cli import DEFAULT_FILE, main
@@ -28,8 +27,7 @@ from lovia_store.db.schema import head_revision
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
-ALICE = next(s for s in MANIFEST["sessions"] if s["session_id"] == "alice")
+MANIFEST = LOVIA_MANIFEST
 
 Capsys = pytest.CaptureFixture[str]
 HEAD = head_revision()
@@ -195,9 +193,11 @@ def test_show_prints_every_entry_readably(upgraded: Path, capsys: Capsys) -> Non
     lines = out.splitlines()
     stripped = [line.strip() for line in lines]
     headers = [line for line in lines if line.startswith("── run ")]
-    assert [h.split()[3] for h in headers] == [run["run_id"] for run in ALICE["runs"]]
+    assert [h.split()[3] for h in headers] == [
+        run["run_id"] for run in MANIFEST.session("alice")["runs"]
+    ]
     assert headers[0].startswith("── run 1: run-alice-0001")
-    entries = [e for run in ALICE["runs"] for e in run["entries"]]
+    entries = [e for run in MANIFEST.session("alice")["runs"] for e in run["entries"]]
     assert len(lines) - len(headers) == len(entries) == 31
     for entry in entries:
         if entry["type"] == "tool_call":

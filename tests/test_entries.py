@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from backends import LEGACY
+from backends import LOVIA_MANIFEST
 from helpers import call, result, say, user
 from lovia_store import (
     ImagePart,
@@ -21,10 +21,18 @@ from lovia_store import (
     entry_to_dict,
 )
 
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
-EVERY_ENTRY = [
-    entry for session in MANIFEST["sessions"] for run in session["runs"] for entry in run["entries"]
-] + [entry for c in MANIFEST["checkpoints"] for entry in c["snapshot"]["entries"]]
+MANIFEST = LOVIA_MANIFEST
+# Without the fixture, the cases below are none and test_the_fixture_is_there fails.
+EVERY_ENTRY = (
+    [e for session in MANIFEST["sessions"] for run in session["runs"] for e in run["entries"]]
+    + [e for c in MANIFEST["checkpoints"] for e in c["snapshot"]["entries"]]
+    if MANIFEST.available
+    else []
+)
+
+
+def test_the_fixture_is_there() -> None:
+    assert len(EVERY_ENTRY) > 20 and MANIFEST["sessions"]
 
 
 @pytest.mark.parametrize("data", EVERY_ENTRY, ids=lambda d: d["type"])

@@ -7,11 +7,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from backends import LEGACY
+from backends import LOVIA_MANIFEST
 from lovia_store import SQLiteSession, check, entry_to_dict
 from lovia_store.db.schema import KNOWN_VERSIONS
 
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
+MANIFEST = LOVIA_MANIFEST
 
 
 def tables(path: Path) -> set[str]:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from backends import LEGACY
+from backends import LEGACY, ZETT_MANIFEST
 from helpers import say, user
 from lovia_store import (
     AssistantTextEntry,
@@ -40,7 +40,7 @@ from lovia_store import (
 from lovia_store.db.tables import snapshots
 from lovia_store.sessions.raw_log.records import SNAPSHOT_COLUMNS, snapshot_from_row
 
-MANIFEST = json.loads((LEGACY / "zett-0.2.1.manifest.json").read_text())
+MANIFEST = ZETT_MANIFEST
 ZETT_TABLES = {"agent_sessions", "raw_messages", "session_snapshots"}
 TIMING = (
     "started_at",

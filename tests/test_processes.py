@@ -11,7 +11,6 @@ barrier makes them start the interesting part together.
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import queue
 import time
@@ -25,7 +24,7 @@ import pytest
 from sqlalchemy import Connection, select, text
 
 import lovia_store
-from backends import LEGACY
+from backends import LOVIA_MANIFEST
 from helpers import a_run
 from lovia_store import Database, SQLiteSession, SQLSession, entry_from_dict, entry_to_dict
 from lovia_store.db.schema import KNOWN_VERSIONS, head_revision
@@ -37,8 +36,7 @@ SPAWN = multiprocessing.get_context("spawn")
 CHILD_TIMEOUT = 180.0
 """Seconds for a whole group of children; generous because CI machines are small."""
 
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
-ALICE = next(s for s in MANIFEST["sessions"] if s["session_id"] == "alice")
+MANIFEST = LOVIA_MANIFEST
 
 
 @dataclass(frozen=True)
@@ -259,9 +257,10 @@ async def test_concurrent_first_open_of_a_legacy_lovia_file(
     seen = await asyncio.to_thread(run_children, 4, _read_alice, target)
 
     expected_ids = [f"run-alice-000{n}" for n in range(1, 5)]
-    assert [r["run_id"] for r in ALICE["runs"]] == expected_ids
+    assert [r["run_id"] for r in MANIFEST.session("alice")["runs"]] == expected_ids
     expected = [
-        (run["run_id"], [entry_from_dict(e) for e in run["entries"]]) for run in ALICE["runs"]
+        (run["run_id"], [entry_from_dict(e) for e in run["entries"]])
+        for run in MANIFEST.session("alice")["runs"]
     ]
     for child_view in seen:
         got = [(run_id, [entry_from_dict(e) for e in entries]) for run_id, entries in child_view]

@@ -8,18 +8,17 @@ What needs this repository (lovia's fixture file, a database to reopen) stays he
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from backends import LEGACY, Backend
+from backends import LOVIA_MANIFEST, Backend
 from helpers import a_run
 from lovia_store import InMemorySession, Segment, SQLSession, entry_from_dict, entry_to_dict
 from lovia_store.testing import SessionContract
 
-MANIFEST = json.loads((LEGACY / "lovia-0.9.119.manifest.json").read_text())
+MANIFEST = LOVIA_MANIFEST
 
 
 class TestSessionContract(SessionContract):
