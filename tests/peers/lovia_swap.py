@@ -66,8 +66,8 @@ if _URL is not None and not os.environ.get(_URL):
 
 def _load_servers() -> Any:
     """Our test suite's database helpers (create and drop a fresh server database)."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    if str(path.parent) not in sys.path:  # it imports its siblings (divergences.py);
+    path = Path(__file__).resolve().parents[1] / "backends.py"
+    if str(path.parent) not in sys.path:  # it may import its siblings;
         sys.path.append(str(path.parent))  # appended, so lovia's own test modules win
     spec = importlib.util.spec_from_file_location("lovia_store_test_servers", path)
     assert spec is not None and spec.loader is not None
