@@ -89,6 +89,23 @@ SQLITE_KINDS = ("sqlite", "sqlite_wal")
 SERVER_KINDS = ("postgres", "postgres_psycopg", "mariadb")
 SQL_KINDS = SQLITE_KINDS + SERVER_KINDS
 ALL_KINDS = ("memory", *SQL_KINDS)
+# PostgreSQL through a transaction pooler (LOVIA_TEST_PGBOUNCER_URL, PgBouncer in
+# transaction mode in CI), on both drivers, with ?lovia_pooler=transaction: the
+# backend fixtures offer them, and conftest keeps them in the contract suites only.
+POOLED_KINDS = ("pgbouncer", "pgbouncer_psycopg")
+
+
+def pooled_url(url: str, *, driver: str = "asyncpg") -> str:
+    """``url``'s database, reached through the pooler, in transaction-pooler mode."""
+    pooler = make_url(server_url("LOVIA_TEST_PGBOUNCER_URL"))
+    through = make_url(url).set(
+        drivername=f"postgresql+{driver}",
+        host=pooler.host,
+        port=pooler.port,
+        username=pooler.username,
+        password=pooler.password,
+    )
+    return through.update_query_dict({"lovia_pooler": "transaction"}).render_as_string(False)
 
 
 def server_url(variable: str) -> str:
@@ -338,6 +355,10 @@ async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
         yield Backend(kind, None)
     elif kind in SQLITE_KINDS:
         yield Backend(kind, str(tmp_path / "store.sqlite3"))
+    elif kind in POOLED_KINDS:
+        driver = "psycopg" if kind == "pgbouncer_psycopg" else "asyncpg"
+        async with shared_server_database("postgres") as url:
+            yield Backend(kind, pooled_url(url, driver=driver))
     else:
         async with shared_server_database("mariadb" if kind == "mariadb" else "postgres") as url:
             if kind == "postgres_psycopg":

@@ -20,6 +20,7 @@ import pytest
 from backends import (
     ALL_KINDS,
     LEGACY,
+    POOLED_KINDS,
     SERVER_KINDS,
     SQL_KINDS,
     Backend,
@@ -37,6 +38,8 @@ BACKEND_MARKERS = {
     "postgres_psycopg": ("postgres", "psycopg"),
     "mariadb": ("mariadb", "mysql"),
     "mysql": ("mariadb", "mysql"),
+    "pgbouncer": ("postgres", "pgbouncer"),
+    "pgbouncer_psycopg": ("postgres", "psycopg", "pgbouncer"),
 }
 """The markers a case gets for each backend kind among its parameters."""
 
@@ -44,6 +47,19 @@ FIXTURE_MARKERS = {"pg_url": ("postgres",), "mysql_url": ("mariadb", "mysql")}
 """The markers a test gets for a server fixture it uses."""
 
 FULL_TIER = os.environ.get("LOVIA_TEST_TIER") == "full"
+
+THROUGH_THE_POOLER = {
+    "test_session_contract.py",
+    "test_checkpoint_contract.py",
+    "test_lease_contract.py",
+    "test_storage_raw_log.py",
+    "test_storage_sessions.py",
+    "test_storage_paging.py",
+    "test_concurrency.py",
+    "test_effects.py",
+}
+"""The suites whose backend cases also run through a transaction pooler (POOLED_KINDS):
+sessions, checkpoints, leases and effects, the Raw Log, processes appending at once."""
 
 
 @pytest.fixture(
@@ -70,21 +86,21 @@ async def pg_url() -> AsyncIterator[str]:
         yield url
 
 
-@pytest.fixture(params=ALL_KINDS)
+@pytest.fixture(params=ALL_KINDS + POOLED_KINDS)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every backend, memory included."""
     async for value in _backend(request.param, tmp_path):
         yield value
 
 
-@pytest.fixture(params=SQL_KINDS)
+@pytest.fixture(params=SQL_KINDS + POOLED_KINDS)
 async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every SQL backend."""
     async for value in _backend(request.param, tmp_path):
         yield value
 
 
-@pytest.fixture(params=SERVER_KINDS)
+@pytest.fixture(params=SERVER_KINDS + POOLED_KINDS)
 async def server_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every server backend (PostgreSQL, MariaDB)."""
     async for value in _backend(request.param, tmp_path):
@@ -108,12 +124,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         }
         for marker in sorted(markers - names):
             item.add_marker(getattr(pytest.mark, marker))
-    if FULL_TIER:
-        return
-    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    kept = [
+        item
+        for item in items
+        if (FULL_TIER or item.get_closest_marker("slow") is None)
+        and (item.path.name in THROUGH_THE_POOLER or not _pooled_case(item))
+    ]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
+
+
+def _pooled_case(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(v in POOLED_KINDS for v in callspec.params.values())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import lovia_store
-from backends import connect_pg_admin, fresh_server_database, server_url
+from backends import connect_pg_admin, fresh_server_database, pooled_url, server_url
 from helpers import a_run, user
 from lovia_store import (
     CompactedMessage,
@@ -67,7 +67,7 @@ Job = Callable[..., Coroutine[Any, Any, Any]]
 class Target:
     """Where the workers connect: picklable, so it crosses the process boundary."""
 
-    kind: str  # "sqlite_wal" | "sqlite" | "postgres" | "mariadb"
+    kind: str  # "sqlite_wal" | "sqlite" | "postgres" | "pgbouncer" | "mariadb"
     where: str  # a file path or a URL
     busy_timeout: float = 5.0
 
@@ -435,20 +435,22 @@ async def _fresh(kind: str, tmp_path: Path) -> AsyncIterator[Target]:
             await lovia_store.upgrade(db)
         yield target
         return
-    async with fresh_server_database(kind) as url:
+    async with fresh_server_database("postgres" if kind == "pgbouncer" else kind) as url:
         await lovia_store.upgrade(url)
-        yield Target(kind, url)
+        yield Target(kind, pooled_url(url) if kind == "pgbouncer" else url)
 
 
 @pytest.fixture(
     params=[
         "sqlite_wal",
         pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
         pytest.param("mariadb", marks=pytest.mark.mysql),
     ]
 )
 async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Target]:
-    """A fresh database: a SQLite file in WAL mode, a new PostgreSQL or MariaDB database."""
+    """A fresh database: a SQLite file in WAL mode, a new PostgreSQL database (directly,
+    and through a transaction pooler) or MariaDB database."""
     async with _fresh(request.param, tmp_path) as fresh:
         yield fresh
 

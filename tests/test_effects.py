@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from backends import fresh_server_database
+from backends import fresh_server_database, pooled_url
 from lovia_store import (
     Agent,
     AssistantTextEntry,
@@ -38,13 +38,14 @@ KEY = "pay-run:pay"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A SQLite file, a new PostgreSQL database, and one through a transaction pooler."""
     if request.param == "sqlite":
         yield str(tmp_path / "effects.sqlite3")
         return
     async with fresh_server_database("postgres") as made:
-        yield made
+        yield pooled_url(made) if request.param == "pgbouncer" else made
 
 
 def run_child(url: str, mode: str, kill: str, log: Path) -> subprocess.CompletedProcess[str]:

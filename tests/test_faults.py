@@ -43,6 +43,7 @@ from lovia_store import (
     AssistantTextEntry,
     Database,
     LoviaStoreError,
+    OutcomeUnknownError,
     RunHead,
     SQLCheckpointer,
     SQLiteSession,
@@ -253,9 +254,10 @@ async def test_a_write_that_loses_its_connection_at_commit_is_whole_or_absent(
         store = SQLSession(db)
         await store.append("warm", a_run("0"))  # the schema check's reads and writes are done
         await db.write(lambda c: c.execute(text(PROBE)))
-        with killing(db, kill, "commit") as killed, pytest.raises(StoreUnavailableError) as caught:
+        with killing(db, kill, "commit") as killed, pytest.raises(OutcomeUnknownError) as caught:
             await db.write(_two_rows)
         assert killed and caught.value.retry_safe is False  # the outcome is unknown
+        assert "during COMMIT" in str(caught.value)
         assert await db.read(_probe_rows) in ([], [(1, "one"), (2, "two")])
 
         # A store's append: on PostgreSQL one statement without BEGIN/COMMIT (committed
@@ -264,7 +266,7 @@ async def test_a_write_that_loses_its_connection_at_commit_is_whole_or_absent(
             try:
                 await store.append("alice", a_run("1"), run_id="r1")
             except StoreUnavailableError as exc:
-                assert exc.retry_safe is False
+                assert isinstance(exc, OutcomeUnknownError) and exc.retry_safe is False
         assert killed
         assert [s.run_id for s in await store.segments("alice")] in ([], ["r1"])
         # The caller's retry under the same run id stores it exactly once.

@@ -11,6 +11,7 @@ __all__ = [
     "LegacyTableError",
     "LoviaStoreError",
     "MissingDriverError",
+    "OutcomeUnknownError",
     "RunInProgressError",
     "RunOwnershipLost",
     "SchemaConflictError",
@@ -20,6 +21,7 @@ __all__ = [
     "StoreBusyError",
     "StoreUnavailableError",
     "StoredValueError",
+    "TransactionPoolerError",
     "UnknownEntryTypeError",
     "UserError",
 ]
@@ -228,12 +230,38 @@ class StoreBusyError(LoviaStoreError):
 class StoreUnavailableError(LoviaStoreError):
     """The database could not be reached or failed in a way we cannot classify.
 
-    ``retry_safe`` is true only when the connection was lost before COMMIT.
+    ``retry_safe`` is true when nothing ran: the connection could not be opened or was
+    lost before COMMIT, or the server refused the write as read-only. A connection lost
+    during COMMIT is an ``OutcomeUnknownError``.
     """
 
     def __init__(self, message: str, *, retry_safe: bool = False) -> None:
         self.retry_safe = retry_safe
         super().__init__(message)
+
+
+class OutcomeUnknownError(StoreUnavailableError):
+    """The connection was lost while a write's COMMIT was under way: the server may or
+    may not have committed it. Never retried by lovia-store.
+
+    Re-issue what has a key: an append under the same ``run_id``, a checkpoint step
+    (its entries are idempotent by position), a lease renewal; each is stored once.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_safe=False)
+
+
+class TransactionPoolerError(StoreUnavailableError):
+    """A statement met a server connection that a transaction pooler (PgBouncer in
+    transaction mode, Supavisor, RDS Proxy) gave another client; nothing ran.
+
+    The URL lacks ``?lovia_pooler=transaction``, which keeps every statement inside
+    one transaction and none prepared by name on the server.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_safe=True)
 
 
 class MissingDriverError(LoviaStoreError, ImportError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,14 @@ from .executors import AsyncExecutor, Executor, Work, make_async_engine
 from .prepared import Prepared, prepare_dialect
 from .private_files import keep_sqlite_files_private
 from .sqlite_executor import SQLiteThreadExecutor
-from .urls import display_url, mask_secrets, prepare_sqlite_folder, sqlite_file, to_url
+from .urls import (
+    display_url,
+    mask_secrets,
+    prepare_sqlite_folder,
+    sqlite_file,
+    take_pooler,
+    to_url,
+)
 
 __all__ = ["Database", "Work", "as_database"]
 
@@ -65,6 +73,12 @@ class Database:
     (``True``, the default) or into the folder given, named
     ``<stem>.before-lovia-store-<UTC time><suffix>``; ``False`` skips it, for
     callers who keep backups of their own.
+
+    ``pooler="transaction"`` (or ``?lovia_pooler=transaction`` in the URL) says a
+    transaction pooler stands between us and PostgreSQL (PgBouncer in transaction
+    mode, Supavisor, RDS Proxy): no statement is prepared by name on the server nor
+    run outside a transaction, so no statement depends on a server connection the
+    pooler may have handed to another client (docs/deploying.md).
     """
 
     def __init__(
@@ -78,6 +92,7 @@ class Database:
         busy_timeout: float = 5.0,
         schema: str | None = None,
         legacy_backup: bool | str | os.PathLike[str] = True,
+        pooler: Literal["transaction"] | None = None,
         **engine_options: Any,
     ) -> None:
         if synchronous not in ("full", "normal"):
@@ -93,6 +108,7 @@ class Database:
                 f"legacy_backup is True, False or a folder, not {type(legacy_backup).__name__}"
             )
         self.legacy_backup = legacy_backup
+        self.busy_timeout = float(busy_timeout)
         self.verify_only = verify_only
         self.wal = wal
         self.schema = schema
@@ -104,14 +120,19 @@ class Database:
                     "configure your own engine yourself"
                 )
             _check_schema(schema, target.dialect.name)
+            pooled = take_pooler(target.url, pooler)[1] is not None
             placed = in_schema(target, schema)
-            self._executor = AsyncExecutor(placed, owned=False, recreate=lambda: placed)
+            self._executor = AsyncExecutor(
+                placed, owned=False, recreate=lambda: placed, pooled=pooled
+            )
         elif isinstance(target, str | os.PathLike):
-            url = to_url(target)
+            url, mode = take_pooler(to_url(target), pooler)
             _check_schema(schema, url.get_backend_name())
             sqlite = {"wal": wal, "synchronous": synchronous, "busy_timeout": busy_timeout}
             try:
-                self._executor = self._open(url, sqlite, echo, verify_only, engine_options, schema)
+                self._executor = self._open(
+                    url, sqlite, echo, verify_only, engine_options, schema, mode
+                )
             except (ArgumentError, TypeError) as exc:  # engine options SQLAlchemy refused
                 raise UserError(f"{display_url(url)}: {mask_secrets(str(exc))}") from exc
         else:
@@ -134,6 +155,7 @@ class Database:
         verify_only: bool,
         options: dict[str, Any],
         schema: str | None = None,
+        pooler: str | None = None,
     ) -> Executor:
         backend = url.get_backend_name()
         if backend == "sqlite":
@@ -144,19 +166,20 @@ class Database:
             if path is not None:  # owner-only files (docs/guarantees.md)
                 keep_sqlite_files_private(executor.engine, url, path)
             return executor
+
+        def create() -> AsyncEngine:
+            engine = make_async_engine(url, echo=echo, options=options, pooler=pooler)
+            return in_schema(engine, schema)
+
         try:
-            engine = in_schema(make_async_engine(url, echo=echo, options=options), schema)
+            engine = create()
         except ModuleNotFoundError as exc:
             driver = url.get_driver_name()
             raise MissingDriverError(
                 f"the {driver!r} driver for {backend} is not installed: "
                 f"pip install {_EXTRAS.get(driver, driver)}"
             ) from exc
-        return AsyncExecutor(
-            engine,
-            owned=True,
-            recreate=lambda: in_schema(make_async_engine(url, echo=echo, options=options), schema),
-        )
+        return AsyncExecutor(engine, owned=True, recreate=create, pooled=pooler is not None)
 
     @property
     def engine(self) -> Any:
@@ -280,6 +303,10 @@ class Database:
         once, without waiting, where waiting could deadlock: those are retried).
         A read that lost its connection is retried even when it was lost at
         COMMIT, which for a write leaves the outcome unknown: a read wrote nothing.
+        On a server, a transaction the server rolled back for contention (a
+        serialization failure or deadlock: PostgreSQL at SERIALIZABLE, a Galera
+        certification failure) is run again, with jittered pauses, until
+        ``busy_timeout`` has gone by in all.
         """
         if self._closed:
             raise UserError(f"{self.url}: this Database is closed")
@@ -304,6 +331,10 @@ class Database:
                     spent = time.monotonic() - started + delay > budget
                     if spent or (attempts >= _RETRIES and lock_wait is None):
                         raise
+                elif isinstance(exc, StoreBusyError):  # a server's contention
+                    if time.monotonic() - started + delay > self.busy_timeout:
+                        raise
+                    delay *= random.uniform(0.5, 1.5)  # writers that collided part ways
                 elif attempts >= _RETRIES:
                     raise
                 # Contention is routine (DEBUG); a connection that failed is news (INFO).

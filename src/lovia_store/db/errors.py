@@ -11,9 +11,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from ..errors import (
     ConflictError,
     LoviaStoreError,
+    OutcomeUnknownError,
     StoreBusyError,
     StoredValueError,
     StoreUnavailableError,
+    TransactionPoolerError,
     UserError,
 )
 from .urls import mask_secrets
@@ -36,6 +38,25 @@ _PG_LOCK_TIMEOUT = "55P03"
 # (a transaction whose snapshot predates a concurrent migration's DDL).
 _MYSQL_BUSY = {1205, 1213, 1412}
 _MYSQL_LOCK_WAIT_TIMEOUT = 1205
+# Reported by the server with the transaction rolled back, COMMIT included: a
+# serialization failure or deadlock (PostgreSQL: SERIALIZABLE's check runs at COMMIT),
+# MySQL/MariaDB's deadlock (and Galera's certification failure, reported as one).
+_PG_ROLLED_BACK = {"40001", "40P01"}
+_MYSQL_ROLLED_BACK = {1213}
+# A write refused by a server that takes none: PostgreSQL's read_only_sql_transaction (a
+# hot standby), MySQL/MariaDB's --read-only and read-only transaction.
+_PG_READ_ONLY = "25006"
+_MYSQL_READ_ONLY = {1290, 1792, 1836}
+# A statement that met a server connection a transaction pooler gave another client:
+# invalid_sql_statement_name, duplicate_prepared_statement, and a protocol violation
+# binding one statement's values to another's plan.
+_PG_POOLER = {"26000", "42P05"}
+_POOLER_HINT = (
+    "a transaction pooler (PgBouncer in transaction mode, Supavisor, RDS Proxy) stands "
+    "between lovia-store and PostgreSQL and gave this statement's server connection to "
+    "another client; nothing ran. Add ?lovia_pooler=transaction to the URL (or "
+    "Database(..., pooler='transaction'))"
+)
 # Refusals at connect that repeating within a second cannot change: PostgreSQL's
 # invalid authorization (class 28), unknown database; MySQL's access denied and
 # unknown database.
@@ -111,17 +132,27 @@ def translate(
         )
     if "database is locked" in lowered or "database table is locked" in lowered:
         return StoreBusyError(f"{database}: {text}", retry_safe=True)
-    if _sqlstate(orig) in _PG_BUSY or _mysql_code(orig) in _MYSQL_BUSY:
-        return StoreBusyError(f"{database}: {text}", retry_safe=not committing)
+    sqlstate, mysql_code = _sqlstate(orig), _mysql_code(orig)
+    if sqlstate in _PG_BUSY or mysql_code in _MYSQL_BUSY:
+        rolled_back = sqlstate in _PG_ROLLED_BACK or mysql_code in _MYSQL_ROLLED_BACK
+        return StoreBusyError(f"{database}: {text}", retry_safe=rolled_back or not committing)
+    if sqlstate in _PG_POOLER or (sqlstate == "08P01" and "prepared statement" in lowered):
+        return TransactionPoolerError(f"{database}: {text}: {_POOLER_HINT}")
+    if sqlstate == _PG_READ_ONLY or mysql_code in _MYSQL_READ_ONLY:
+        return StoreUnavailableError(
+            f"{database}: the server is read-only (a standby, or read_only set): {text}; "
+            "nothing was written",
+            retry_safe=True,
+        )
     if connecting and isinstance(exc, ProgrammingError) and _sqlstate(orig) is None:
         # Said by the client before any server spoke: psycopg's "invalid connection option".
         return UserError(f"{database}: the driver refused the URL's parameters: {text}")
     if connecting:
         return StoreUnavailableError(f"{database}: cannot connect: {text}", retry_safe=True)
     if exc.connection_invalidated:
-        return StoreUnavailableError(
-            f"{database}: connection lost: {text}", retry_safe=not committing
-        )
+        if committing:
+            return OutcomeUnknownError(f"{database}: connection lost during COMMIT: {text}")
+        return StoreUnavailableError(f"{database}: connection lost: {text}", retry_safe=True)
     return StoreUnavailableError(f"{database}: {text}", retry_safe=False)
 
 
@@ -200,7 +231,9 @@ def lost_connection(exc: OSError, database: str, *, committing: bool) -> StoreUn
     """A connection that failed mid-transaction with the socket's own error (asyncpg's
     ``TimeoutError`` for ``command_timeout``, a reset): rolled back unless committing."""
     what = "timed out" if isinstance(exc, TimeoutError) else f"connection lost: {_reason(exc)}"
-    return StoreUnavailableError(f"{database}: {what}", retry_safe=not committing)
+    if committing:
+        return OutcomeUnknownError(f"{database}: {what} during COMMIT")
+    return StoreUnavailableError(f"{database}: {what}", retry_safe=True)
 
 
 def read_retry_safe(error: LoviaStoreError) -> None:
@@ -230,6 +263,8 @@ def worth_retrying(error: LoviaStoreError) -> bool:
     stays a refusal a second later: a wrong password or database name, an
     unknown host, a TLS failure. Those reach the caller at once.
     """
+    if isinstance(error, TransactionPoolerError):
+        return False  # the URL must change: repeating would meet other clients' connections
     for cause in _chained(error)[1:]:
         # psycopg's own timeout class, by name: psycopg is an optional driver.
         if isinstance(cause, TimeoutError | ssl.SSLError) or type(cause).__name__ in _TIMEOUTS:

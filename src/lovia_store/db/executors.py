@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
@@ -75,10 +76,13 @@ class Failed(Exception):
         self.error = error
         self.committing = committing
 
-    def translated(self, database: str, *, hide: bool) -> LoviaStoreError:
+    def translated(self, database: str, *, hide: bool, wrote: bool = True) -> LoviaStoreError:
+        """The typed error; a read's COMMIT (``wrote=False``) only ended its snapshot, so
+        losing it leaves no outcome unknown."""
+        committing = self.committing and wrote
         if isinstance(self.error, DBAPIError):
-            return translate(self.error, database, committing=self.committing, hide=hide)
-        return lost_connection(self.error, database, committing=self.committing)
+            return translate(self.error, database, committing=committing, hide=hide)
+        return lost_connection(self.error, database, committing=committing)
 
 
 class ConnectFailed(Exception):
@@ -180,8 +184,9 @@ class Executor:
 
 
 class _LoopEngines:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, pooled: bool) -> None:
         self.engine = engine
+        self.pooled = pooled
         self.write = engine
         # Reads that take several statements must see one snapshot; PostgreSQL's
         # default READ COMMITTED would not give it.
@@ -196,8 +201,12 @@ class _LoopEngines:
         # in), and a pool of its own would hold connections idle beside the other.
         # What it must not do is hand a connection a driver error left unusable to
         # the next transaction: _on_sync_engine discards any such connection.
+        # Behind a transaction pooler, a statement outside a transaction may see its Parse
+        # and its Execute reach two server connections: none runs outside one there.
         self.one_statement = (
-            engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else self.read
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if postgresql and not pooled
+            else self.read
         )
         self.inflight: set[asyncio.Task[Any]] = set()
         # Reads run in their callers' tasks; closing waits until none is running.
@@ -217,8 +226,16 @@ class _LoopEngines:
 
 
 class AsyncExecutor(Executor):
-    def __init__(self, engine: AsyncEngine, *, owned: bool, recreate: Callable[[], AsyncEngine]):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owned: bool,
+        recreate: Callable[[], AsyncEngine],
+        pooled: bool = False,
+    ):
         self.engine = engine
+        self.pooled = pooled
         self.url = engine.url
         self.dialect = engine.dialect.name
         if self.dialect == "sqlite":
@@ -240,14 +257,18 @@ class AsyncExecutor(Executor):
         found = self._loops.get(loop)
         if found is None:
             engine = self._recreate() if self._loops and self._owned else self.engine
-            found = self._loops[loop] = _LoopEngines(engine)
+            found = self._loops[loop] = _LoopEngines(engine, self.pooled)
         return found
 
-    async def _once(self, engine: AsyncEngine, work: Work[T]) -> T:
+    async def _once(self, engine: AsyncEngine, work: Work[T], *, write: bool) -> T:
         quiet = _OURS.set(True) if self._quiet else None
         try:
             return await greenlet_spawn(_on_sync_engine, engine.sync_engine, work)
-        except (Failed, ConnectFailed) as failed:
+        except Failed as failed:
+            shown = display_url(self.url)
+            error = failed.translated(shown, hide=self.hide_parameters, wrote=write)
+            raise error from failed.error
+        except ConnectFailed as failed:
             error = failed.translated(display_url(self.url), hide=self.hide_parameters)
             raise error from failed.error
         finally:
@@ -258,11 +279,12 @@ class AsyncExecutor(Executor):
         engines = self._engines()
         if not write:
             engine = engines.one_statement if single_statement else engines.read
-            return await engines.reading(self._once(engine, work))
+            return await engines.reading(self._once(engine, work, write=False))
         # The write runs in its own task, shielded from the caller's cancellation,
         # so it commits or rolls back whole.
-        engine = engines.one_statement if single_statement else engines.write
-        task = asyncio.ensure_future(self._once(engine, work))
+        lone = single_statement and not engines.pooled
+        engine = engines.one_statement if lone else engines.write
+        task = asyncio.ensure_future(self._once(engine, work, write=True))
         engines.inflight.add(task)
         task.add_done_callback(_forget(engines.inflight))
         return await asyncio.shield(task)
@@ -327,7 +349,27 @@ def _forget(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], N
     return done
 
 
-def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> AsyncEngine:
+def _statement_name() -> str:
+    """A name no other client's statement has, on whichever server connection it lands."""
+    return f"__lovia_{uuid.uuid4().hex}__"
+
+
+_POOLED_CONNECT_ARGS: dict[str, dict[str, Any]] = {
+    # asyncpg: no statement cache of its own nor SQLAlchemy's, unique names (each is
+    # prepared and run inside one transaction, so on one server connection).
+    "asyncpg": {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": _statement_name,
+    },
+    # psycopg: never prepare by name; each statement is one unnamed Parse-Bind-Execute.
+    "psycopg": {"prepare_threshold": None},
+}
+
+
+def make_async_engine(
+    url: URL, *, echo: bool, options: dict[str, Any], pooler: str | None = None
+) -> AsyncEngine:
     """An engine for a server database; ``options`` override the pool defaults.
 
     No ``pool_pre_ping`` by default: it costs a round trip on every checkout,
@@ -350,7 +392,12 @@ def make_async_engine(url: URL, *, echo: bool, options: dict[str, Any]) -> Async
         "max_overflow": 0,
         "hide_parameters": True,
     }
-    if url.get_driver_name() == "asyncpg":
-        execution = {DRIVER_CURSOR: not echo, **options.get("execution_options", {})}
+    driver = url.get_driver_name()
+    if driver == "asyncpg":
+        fast = not echo and pooler is None
+        execution = {DRIVER_CURSOR: fast, **options.get("execution_options", {})}
         options = {**options, "execution_options": execution}
+    if pooler is not None:
+        connect_args = {**_POOLED_CONNECT_ARGS.get(driver, {}), **options.get("connect_args", {})}
+        options = {**options, "connect_args": connect_args}
     return create_async_engine(url, echo=echo, **{**defaults, **options})

@@ -21,7 +21,16 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from ..errors import StoreUnavailableError, UserError
 from .private_files import create_private_folder
 
-__all__ = ["display_url", "mask_secrets", "prepare_sqlite_folder", "sqlite_file", "to_url"]
+__all__ = [
+    "POOLERS",
+    "POOLER_PARAMETER",
+    "display_url",
+    "mask_secrets",
+    "prepare_sqlite_folder",
+    "sqlite_file",
+    "take_pooler",
+    "to_url",
+]
 
 BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 DEFAULT_DRIVERS = {
@@ -144,6 +153,42 @@ def to_url(target: str | os.PathLike[str]) -> URL:
     if backend in ("mysql", "mariadb") and "charset" not in url.query:
         url = url.update_query_dict({"charset": "utf8mb4"})  # every emoji round-trips
     return url
+
+
+POOLER_PARAMETER = "lovia_pooler"
+"""The URL's query parameter that names the pooler in front of PostgreSQL (ours: the
+driver never sees it)."""
+POOLERS = ("transaction",)
+"""Poolers lovia-store works behind: ``transaction``, a pooler that hands a server
+connection out per transaction (PgBouncer's pool_mode=transaction, Supavisor's
+transaction mode, RDS Proxy, Neon's pooled endpoint)."""
+
+
+def take_pooler(url: URL, pooler: str | None) -> tuple[URL, str | None]:
+    """``url`` without our ``lovia_pooler`` parameter, and the pooler it or ``pooler`` names."""
+    shown = display_url(url)
+    named = url.query.get(POOLER_PARAMETER)
+    if isinstance(named, tuple):
+        if len(set(named)) > 1:
+            raise UserError(f"{shown}: {POOLER_PARAMETER} is given twice, differently")
+        named = named[0]
+    if named is not None:
+        url = url.difference_update_query([POOLER_PARAMETER])
+        if pooler is not None and pooler != named:
+            raise UserError(
+                f"{shown}: the URL says {POOLER_PARAMETER}={named} but pooler={pooler!r} was given"
+            )
+        pooler = named
+    if pooler is None:
+        return url, None
+    if pooler not in POOLERS:
+        raise UserError(
+            f"{shown}: unknown pooler {pooler!r}; lovia-store works behind "
+            f"{', '.join(repr(p) for p in POOLERS)} poolers ({POOLER_PARAMETER}=transaction)"
+        )
+    if url.get_backend_name() != "postgresql":
+        raise UserError(f"{shown}: {POOLER_PARAMETER} applies to PostgreSQL URLs only")
+    return url, pooler
 
 
 def sqlite_file(url: URL) -> Path | None:
