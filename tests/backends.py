@@ -196,6 +196,7 @@ async def fresh_server_database(kind: str) -> AsyncIterator[str]:
 
 
 _SHARED: dict[str, str] = {}
+_MANY_ROWS = 1_000
 """The migrated database each server's backends share, by server."""
 
 
@@ -241,7 +242,14 @@ async def _empty_pg(url: str) -> bool:
     )
     try:
         await conn.execute("SET lock_timeout = '10s'")
-        await conn.execute("; ".join(f"DELETE FROM {t}" for t in tables))
+        # A test that wrote many rows leaves as many dead ones behind a DELETE, and the
+        # next test's query plans would see that bloat: TRUNCATE (23 ms, DELETE 0.2 ms)
+        # gives it empty tables as a new database has.
+        many = await conn.fetchval(f"SELECT count(*) > {_MANY_ROWS} FROM lovia_messages")
+        if many:
+            await conn.execute(f"TRUNCATE {', '.join(tables)}")
+        else:
+            await conn.execute("; ".join(f"DELETE FROM {t}" for t in tables))
         names = {
             r[0]
             for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
