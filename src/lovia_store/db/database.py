@@ -63,7 +63,9 @@ class Database:
     process crash, never corruption) for speed. ``busy_timeout`` is the longest
     (seconds) a call waits for another process's lock, retries included, before
     it fails with ``StoreBusyError`` (a migration waits for another process's
-    migration longer: up to 10 minutes). On PostgreSQL, ``schema`` places our tables (and
+    migration longer: up to 10 minutes); on a server, how long a call is run again
+    after the server rolled it back for contention (a serialization failure, a
+    deadlock). On PostgreSQL, ``schema`` places our tables (and
     our version table) in that schema instead of the connection's default one,
     for hosts that keep each component in its own namespace.
 
