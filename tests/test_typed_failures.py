@@ -145,7 +145,9 @@ async def test_a_statement_timeout_mid_transaction_is_typed(pg_url: str) -> None
     ("target", "says"),
     [
         ("postgress://u:pw-Zq7xK@h/db", "did you mean 'postgresql'"),
-        ("postgres://u:pw-Zq7xK@h/db", "did you mean 'postgresql'"),
+        ("postgresq://u:pw-Zq7xK@h/db", "did you mean 'postgresql'"),
+        ("postgresql://u:pw-Zq7xK@h1:5432,h2:x/db", "port 'x' of 'h2:x' is not a port"),
+        ("postgresql://u:pw-Zq7xK@h1:5432,:5433/db", "is not a host or host:port"),
         ("mysq://u:pw-Zq7xK@h/db", "did you mean 'mysql'"),
         ("sqlite3:///x.db", "did you mean 'sqlite'"),
         ("http://u:pw-Zq7xK@h/db", "unknown database 'http'"),

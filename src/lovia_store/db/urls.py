@@ -84,8 +84,39 @@ def _path_url(text: str) -> URL:
     return URL.create("sqlite+aiosqlite", database=str(path))
 
 
+_LIBPQ_HOSTS = re.compile(
+    r"^(?P<scheme>postgres(?:ql)?(?:\+\w+)?://)(?P<user>[^/?#]*@)?"
+    r"(?P<hosts>[^/?#@]*,[^/?#@]*)(?P<rest>[/?#].*)?$",
+    re.IGNORECASE,
+)
+_HOST_PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:\[\]]*)(?::(?P<port>[^:]*))?$")
+
+
+def _multi_host(text: str) -> str:
+    """libpq's multi-host form (``postgresql://u@h1:5434,h2:5435/db``) written the way
+    SQLAlchemy's PostgreSQL drivers take it (``postgresql://u@/db?host=h1:5434&host=h2:5435``);
+    any other text as it is."""
+    match = _LIBPQ_HOSTS.match(text)
+    if match is None:
+        return text
+    hosts = []
+    for part in match["hosts"].split(","):
+        found = _HOST_PORT.match(part)
+        if found is None or not found["host"]:
+            raise UserError(f"{mask_secrets(text)}: {part!r} is not a host or host:port")
+        port = found["port"]
+        if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+            raise UserError(f"{mask_secrets(text)}: port {port!r} of {part!r} is not a port")
+        hosts.append(f"host={part}")
+    rest = match["rest"] or "/"
+    path, _, query = rest.partition("?")
+    joined = "&".join(hosts + ([query] if query else []))
+    return f"{match['scheme']}{match['user'] or ''}{path}?{joined}"
+
+
 def _parse(text: str) -> URL:
     shown = mask_secrets(text)
+    text = _multi_host(text)
     try:
         url = make_url(text)
     except ArgumentError as exc:
@@ -138,6 +169,9 @@ def to_url(target: str | os.PathLike[str]) -> URL:
     if "://" not in text:
         return _path_url(text)
     url = _parse(text)
+    if url.get_backend_name() == "postgres":  # Heroku's and many hosts' DATABASE_URL
+        driver = url.drivername.partition("+")[2]
+        url = url.set(drivername="postgresql" + (f"+{driver}" if driver else ""))
     backend = url.get_backend_name()
     if "+" not in url.drivername and backend in DEFAULT_DRIVERS:
         # A plain ``postgresql://`` URL means "the async driver we ship with".
