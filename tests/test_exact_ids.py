@@ -70,6 +70,7 @@ ID_COLUMNS = {
     ("lovia_messages", "request_id"),
     ("lovia_messages", "run_id"),
     ("lovia_messages", "call_id"),
+    ("lovia_messages", "idempotency_key"),
     ("lovia_session_runs", "session_id"),
     ("lovia_session_runs", "run_id"),
     ("lovia_snapshots", "session_id"),
@@ -81,9 +82,11 @@ ID_COLUMNS = {
     ("lovia_run_leases", "run_id"),
 }
 ADDED_BY_0007 = {("lovia_sessions", "forked_from_session_id"), ("lovia_run_heads", "session_id")}
+ADDED_BY_0008 = {("lovia_messages", "idempotency_key")}
 ADDED_AFTER_0004 = {  # table: its columns revisions after 0004 added
     "lovia_sessions": {"forked_from_session_id", "forked_at_entry"},
     "lovia_run_heads": {"session_id"},
+    "lovia_messages": {"idempotency_key"},
 }
 FOREIGN_KEYS = {
     "fk_lovia_messages_session_id_lovia_sessions": (
@@ -300,7 +303,11 @@ async def expected_collation(url: str) -> str:
 def assert_all(state: Collations, collation: str) -> None:
     assert state.tables == dict.fromkeys(OURS, collation)
     assert set(state.columns.values()) == {collation}
-    expected = ID_COLUMNS if state.revision >= "0007" else ID_COLUMNS - ADDED_BY_0007
+    expected = ID_COLUMNS
+    if state.revision < "0008":
+        expected = expected - ADDED_BY_0008
+    if state.revision < "0007":
+        expected = expected - ADDED_BY_0007
     assert set(state.columns) >= expected
     assert state.foreign_keys == FOREIGN_KEYS
 

@@ -48,6 +48,7 @@ from lovia_store import (
     SQLCheckpointer,
     SQLiteSession,
     SQLSession,
+    SQLSessionStorage,
     StoreUnavailableError,
     entry_to_dict,
 )
@@ -459,3 +460,27 @@ async def test_a_read_only_file_system_refuses_writes_typed_and_loses_nothing(
             assert [s.run_id for s in await store.segments("alice")] == ["r1"]
             await store.append("alice", a_run("2"), run_id="r2")
             assert [s.run_id for s in await store.segments("alice")] == ["r1", "r2"]
+
+
+async def test_a_keyed_raw_log_append_lost_at_commit_is_re_issued_once(
+    server: tuple[str, Kill],
+) -> None:
+    """The Raw Log has no run id: its idempotency key is what makes an append whose
+    COMMIT was lost safe to re-issue. Either way the message is stored exactly once."""
+    url, kill = server
+    async with Database(url) as db:
+        storage = SQLSessionStorage(db)
+        await storage.append("warm", "q0", AssistantTextEntry(content="warm"))
+        message = AssistantTextEntry(content="charged the card")
+        with killing(db, kill, "commit") as killed:
+            try:
+                first: int | None = await storage.append(
+                    "s", "q1", message, idempotency_key="pay-1"
+                )
+            except OutcomeUnknownError:
+                first = None
+        assert killed
+        again = await storage.append("s", "q1", message, idempotency_key="pay-1")
+        assert first in (None, again)
+        records = await storage.list_raw_messages("s")
+        assert [(r.sequence, r.request_id) for r in records] == [(again, "q1")]

@@ -244,8 +244,10 @@ class OutcomeUnknownError(StoreUnavailableError):
     """The connection was lost while a write's COMMIT was under way: the server may or
     may not have committed it. Never retried by lovia-store.
 
-    Re-issue what has a key: an append under the same ``run_id``, a checkpoint step
-    (its entries are idempotent by position), a lease renewal; each is stored once.
+    Re-issue what has a key, which is stored once: a session append under the same
+    ``run_id``, a Raw Log append under the same ``idempotency_key``; for a checkpoint
+    step, re-issue the run (``Runner.run`` with its ``run_id`` resumes from what the
+    checkpoint holds).
     """
 
     def __init__(self, message: str) -> None:

@@ -132,6 +132,8 @@ class MessageRow(StoreBase):
     """
 
     __tablename__ = "lovia_messages"
+    # A keyed Raw Log append is stored once per session (re-issuing it returns the row).
+    __table_args__ = (Index(None, "session_id", "idempotency_key", unique=True),)
 
     session_id: Mapped[str] = mapped_column(Id, ForeignKey(_SESSION_FK), primary_key=True)
     sequence: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -158,6 +160,8 @@ class MessageRow(StoreBase):
     cache_write_tokens: Mapped[int | None] = mapped_column(BigInteger)
     reasoning_tokens: Mapped[int | None] = mapped_column(BigInteger)
     message_id: Mapped[str | None] = mapped_column(String(64))
+    # The caller's key for a Raw Log append (NULL without one): unique per session.
+    idempotency_key: Mapped[str | None] = mapped_column(Id)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # NULL until the row is changed (trim_tool_results); readers show created_at.
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

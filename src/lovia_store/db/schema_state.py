@@ -61,7 +61,7 @@ LEGACY_VERSION = 0
 """lovia 0.9's own layout; without our version table, anything newer is refused."""
 
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The newest revision in ``migrations/versions`` (tests/test_schema_gate.py checks it
 against Alembic's scripts): a current database is recognised without loading Alembic."""
 
@@ -136,7 +136,7 @@ _FIRST_TABLES = frozenset(
 """What revision 0001 creates, and so what a first migration that failed half-way on
 MySQL/MariaDB (where each DDL statement commits) may have left with no revision."""
 _LATER_COLUMNS = {
-    "lovia_messages": frozenset({"updated_at"}),  # 0002
+    "lovia_messages": frozenset({"updated_at", "idempotency_key"}),  # 0002, 0008
     "lovia_sessions": frozenset({"forked_from_session_id", "forked_at_entry"}),  # 0007
     "lovia_run_heads": frozenset({"session_id"}),  # 0007
 }

@@ -1,6 +1,11 @@
 -- Golden SQL, postgresql: rendered by tests/test_golden_sql.py, do not edit.
 -- After changing a statement: python tests/test_golden_sql.py --update
 
+-- lovia_store.sessions.raw_log.appends:_KEYED (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.idempotency_key = :key::VARCHAR;
+
 -- lovia_store.sessions.raw_log.reads:_DENSITY
 -- not run on postgresql (runs where: not subquery_limits)
 

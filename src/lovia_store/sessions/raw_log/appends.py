@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from ...db.tables import sessions
+from ...db.prepared import Prepared
+from ...db.tables import messages, sessions
 from ...entries import (
     MULTIPLE_ENTRIES,
     TranscriptEntry,
@@ -48,6 +49,12 @@ from .rules import (
 __all__ = ["ParentMismatch", "PendingMessage", "Projection", "projection_of"]
 
 s = sessions.c
+_KEYED = Prepared(
+    select(messages.c.sequence).where(
+        messages.c.session_id == bindparam("sid"),
+        messages.c.idempotency_key == bindparam("key"),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -106,10 +113,12 @@ class PendingMessage:
         metadata: object,
         tags: object,
         usage: object,
+        idempotency_key: object = None,
     ) -> PendingMessage:
         """Every argument of ``append`` checked; a ``UserError`` names the first bad one."""
         sid = check_id(session_id, "session_id")
         rid = check_id(request_id, "request_id")
+        key = None if idempotency_key is None else check_id(idempotency_key, "idempotency_key")
         entry = check_entry(message)
         measured = check_timing(timing)
         parent = check_parent(parent_session_id, sid)
@@ -127,6 +136,7 @@ class PendingMessage:
             metadata_json=encode_object(metadata, "metadata"),
             tags_json=encode_object(tags, "tags", nonempty_keys=True),
             usage=counters,
+            idempotency_key=key,
         )
 
     @classmethod
@@ -146,6 +156,7 @@ class PendingMessage:
         envelope_json: str | None = None,
         update_display: bool = False,
         on_parent_mismatch: ParentMismatch = _parent_mismatch,
+        idempotency_key: str | None = None,
     ) -> PendingMessage:
         """A row from values already checked (by our rules or a framework's)."""
         row: dict[str, Any] = {
@@ -161,6 +172,7 @@ class PendingMessage:
             **{name: getattr(timing, name) for name in TIMING_FIELDS},
             **(usage.model_dump() if usage else dict.fromkeys(USAGE_FIELDS)),
             "message_id": new_uuid7(),
+            "idempotency_key": idempotency_key,
         }
         display = (
             {
@@ -174,9 +186,24 @@ class PendingMessage:
         create = session_row_values(parent, title, agent_name)
         return cls(session_id, parent, create, row, display, on_parent_mismatch)
 
+    @property
+    def key(self) -> str | None:
+        return self.row["idempotency_key"]  # type: ignore[no-any-return]
+
+    def stored(self, conn: Connection) -> int | None:
+        """The sequence of the message already stored under this append's key, if any."""
+        if self.key is None:
+            return None
+        found = _KEYED.execute(conn, {"sid": self.session_id, "key": self.key}).first()
+        return None if found is None else int(found[0])
+
     def write(self, conn: Connection) -> int:
-        """Reserve the next sequence and insert the row; returns the sequence."""
+        """Reserve the next sequence and insert the row; returns the sequence (a keyed
+        append whose key is stored returns that message's, writing nothing)."""
         sid = self.session_id
+        already = self.stored(conn)
+        if already is not None:
+            return already
         bumped = append_message(conn, sid, self.row, create=self.create)
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, select
 from ...db.store import SQLStore, StoreTarget
 from ...db.tables import sessions
 from ...entries import TranscriptEntry, Usage
-from ...errors import UserError
+from ...errors import ConflictError, UserError
 from ...validation import check_id
 from ..fork import fork_rows
 from . import session_rows
@@ -243,6 +243,8 @@ class SQLSessionStorage(SQLStore):
         metadata: Mapping[str, JsonValue] | None = None,
         tags: Mapping[str, JsonValue] | None = None,
         usage: Usage | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> int:
         """Append one message; returns its sequence (1, 2, 3, ... per session).
 
@@ -253,6 +255,10 @@ class SQLSessionStorage(SQLStore):
         ``timing`` records an instantaneous message; ``metadata`` and ``tags``
         are JSON objects (tag keys non-empty); ``usage`` only with an entry
         the assistant produced. Costs the same at any session length.
+
+        ``idempotency_key`` makes the append safe to re-issue, after an
+        ``OutcomeUnknownError`` say: a key the session already holds returns that
+        message's sequence and writes nothing (whatever the rest of the call says).
         """
         pending = PendingMessage.check(
             session_id,
@@ -265,8 +271,16 @@ class SQLSessionStorage(SQLStore):
             metadata,
             tags,
             usage,
+            idempotency_key,
         )
-        return await self.database.write(pending.write)
+        try:
+            return await self.database.write(pending.write)
+        except ConflictError:
+            # Two re-issues raced past the lookup: the unique key let one in.
+            found = await self.database.read(pending.stored) if pending.key else None
+            if found is None:
+                raise
+            return found
 
     async def snapshot(
         self,
