@@ -93,6 +93,8 @@ ALL_KINDS = ("memory", *SQL_KINDS)
 # transaction mode in CI), on both drivers, with ?lovia_pooler=transaction: the
 # backend fixtures offer them, and conftest keeps them in the contract suites only.
 POOLED_KINDS = ("pgbouncer", "pgbouncer_psycopg")
+# One node of a MariaDB Galera cluster (LOVIA_TEST_GALERA_URLS), kept to the same suites.
+CLUSTER_KINDS = (*POOLED_KINDS, "galera")
 
 
 def pooled_url(url: str, *, driver: str = "asyncpg") -> str:
@@ -151,10 +153,17 @@ async def drop_pg_database(url: str) -> None:
     await _pg_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
 
 
-async def _mysql_admin(sql: str) -> None:
+def _mysql_server(server: str = "mariadb") -> Any:
+    """The URL of the MySQL/MariaDB server (or the first Galera node) the tests may use."""
+    if server == "galera":
+        return make_url(server_url("LOVIA_TEST_GALERA_URLS").split(",")[0].strip())
+    return make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+
+
+async def _mysql_admin(sql: str, server: Any = None) -> None:
     import asyncmy
 
-    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    url = server if server is not None else _mysql_server()
     conn = await asyncmy.connect(
         host=url.host or "127.0.0.1",
         port=url.port or 3306,
@@ -168,16 +177,18 @@ async def _mysql_admin(sql: str) -> None:
         conn.close()
 
 
-async def create_mysql_database() -> str:
-    """A new empty MySQL/MariaDB database; returns its asyncmy URL."""
+async def create_mysql_database(server: str = "mariadb") -> str:
+    """A new empty MySQL/MariaDB database (on a Galera cluster: ``server="galera"``);
+    returns its asyncmy URL."""
     name = f"lovia_t_{uuid.uuid4().hex[:16]}"
-    await _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    url = make_url(server_url("LOVIA_TEST_MYSQL_URL"))
+    url = _mysql_server(server)
+    await _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", url)
     return url.set(drivername="mysql+asyncmy", database=name).render_as_string(hide_password=False)
 
 
 async def drop_mysql_database(url: str) -> None:
-    await _mysql_admin(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
+    parsed = make_url(url)
+    await _mysql_admin(f"DROP DATABASE IF EXISTS `{parsed.database}`", parsed)
 
 
 @contextlib.asynccontextmanager
@@ -208,7 +219,9 @@ async def shared_server_database(server: str) -> AsyncIterator[str]:
 
     url = _SHARED.get(server)
     if url is None:
-        url = await (create_pg_database if server == "postgres" else create_mysql_database)()
+        url = await (
+            create_pg_database() if server == "postgres" else create_mysql_database(server)
+        )
         await upgrade(url)
         _SHARED[server] = url
     try:
@@ -363,6 +376,9 @@ async def _backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
         yield Backend(kind, None)
     elif kind in SQLITE_KINDS:
         yield Backend(kind, str(tmp_path / "store.sqlite3"))
+    elif kind == "galera":
+        async with shared_server_database("galera") as url:
+            yield Backend(kind, url)
     elif kind in POOLED_KINDS:
         driver = "psycopg" if kind == "pgbouncer_psycopg" else "asyncpg"
         async with shared_server_database("postgres") as url:

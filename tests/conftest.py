@@ -19,8 +19,8 @@ import pytest
 
 from backends import (
     ALL_KINDS,
+    CLUSTER_KINDS,
     LEGACY,
-    POOLED_KINDS,
     SERVER_KINDS,
     SQL_KINDS,
     Backend,
@@ -40,6 +40,7 @@ BACKEND_MARKERS = {
     "mysql": ("mariadb", "mysql"),
     "pgbouncer": ("postgres", "pgbouncer"),
     "pgbouncer_psycopg": ("postgres", "psycopg", "pgbouncer"),
+    "galera": ("mariadb", "mysql", "galera"),
 }
 """The markers a case gets for each backend kind among its parameters."""
 
@@ -58,8 +59,9 @@ THROUGH_THE_POOLER = {
     "test_concurrency.py",
     "test_effects.py",
 }
-"""The suites whose backend cases also run through a transaction pooler (POOLED_KINDS):
-sessions, checkpoints, leases and effects, the Raw Log, processes appending at once."""
+"""The suites whose backend cases also run through a transaction pooler and on a Galera
+node (CLUSTER_KINDS): sessions, checkpoints, leases and effects, the Raw Log, processes
+appending at once."""
 
 
 @pytest.fixture(
@@ -86,21 +88,21 @@ async def pg_url() -> AsyncIterator[str]:
         yield url
 
 
-@pytest.fixture(params=ALL_KINDS + POOLED_KINDS)
+@pytest.fixture(params=ALL_KINDS + CLUSTER_KINDS)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every backend, memory included."""
     async for value in _backend(request.param, tmp_path):
         yield value
 
 
-@pytest.fixture(params=SQL_KINDS + POOLED_KINDS)
+@pytest.fixture(params=SQL_KINDS + CLUSTER_KINDS)
 async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every SQL backend."""
     async for value in _backend(request.param, tmp_path):
         yield value
 
 
-@pytest.fixture(params=SERVER_KINDS + POOLED_KINDS)
+@pytest.fixture(params=SERVER_KINDS + CLUSTER_KINDS)
 async def server_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every server backend (PostgreSQL, MariaDB)."""
     async for value in _backend(request.param, tmp_path):
@@ -137,7 +139,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _pooled_case(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(v in POOLED_KINDS for v in callspec.params.values())
+    return callspec is not None and any(v in CLUSTER_KINDS for v in callspec.params.values())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -21,15 +21,26 @@ another program's file takes (its tables, the copy kept first) is
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, inspect, text
 
-from ..errors import SchemaNotCurrentError
+from ..errors import (
+    JoinedLineageError,
+    LegacyBackupError,
+    LoviaStoreError,
+    SchemaConflictError,
+    SchemaNotCurrentError,
+    SchemaVersionError,
+    StoreBusyError,
+    UserError,
+)
 from ..migrations.conversion import keep_legacy_copy, to_convert
 from ..migrations.recognition import ADOPTED_BY, LOVIA_MARK_DDL
 from . import progress
@@ -52,7 +63,7 @@ from .schema_state import (
 from .tables import VERSION_TABLE, metadata, schema_versions
 
 if TYPE_CHECKING:
-    from .database import Database
+    from .database import Database, Work
 
 __all__ = [
     "HOST_VERSION_TABLE",
@@ -84,6 +95,16 @@ _MIGRATION_LOCK_WAIT = 600.0
 logger = logging.getLogger(__name__)
 
 _STEPS = "lovia_store.revisions"  # Alembic attribute: how many revisions an upgrade applies
+
+_FINAL = (
+    SchemaVersionError,
+    SchemaConflictError,
+    SchemaNotCurrentError,
+    JoinedLineageError,
+    LegacyBackupError,
+    UserError,
+)
+"""Refusals a migration run again cannot change (LegacyTableError is a SchemaNotCurrentError)."""
 
 
 def _enter_schema(conn: Connection) -> None:
@@ -244,7 +265,45 @@ async def migrate(
         finally:
             _unlock(conn)
 
-    return await db.write_unchecked(work, lock_wait=_MIGRATION_LOCK_WAIT)
+    if db.dialect not in ("mysql", "mariadb"):
+        return await db.write_unchecked(work, lock_wait=_MIGRATION_LOCK_WAIT)
+    return await _raced(db, work)
+
+
+_RACED_ATTEMPTS = 8
+
+
+async def _raced(db: Database, work: Work[UpgradeReport]) -> UpgradeReport:
+    """A MySQL/MariaDB migration, run again while another server's raced it.
+
+    ``GET_LOCK`` holds on one server only: on a Galera cluster, two nodes opening a
+    new database at once both migrate, and every DDL statement commits by itself
+    and replicates. The loser meets the winner's work half-way (a table or index
+    that exists, a version row that moved on). The revisions create only what is
+    missing, so running again, after re-reading the state, finishes the schema or
+    finds it current. A refusal (a newer schema, a table that is not ours) is final.
+    """
+    from alembic.util.exc import CommandError
+
+    delay = 0.05
+    for attempt in range(1, _RACED_ATTEMPTS + 1):
+        try:
+            return await db.write_unchecked(work, lock_wait=_MIGRATION_LOCK_WAIT)
+        except _FINAL:
+            raise
+        except (LoviaStoreError, CommandError) as exc:
+            if attempt == _RACED_ATTEMPTS:
+                if isinstance(exc, LoviaStoreError):
+                    raise
+                raise StoreBusyError(
+                    f"{db.url}: another server migrated this database at the same time, "
+                    f"and it is still not current: {exc}",
+                    retry_safe=True,
+                ) from exc
+            logger.info("migration raced another server's (%s); running it again", exc)
+        await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")
 
 
 async def ensure_current(db: Database, *, verify_only: bool) -> None:
