@@ -41,6 +41,7 @@ BACKEND_MARKERS = {
     "pgbouncer": ("postgres", "pgbouncer"),
     "pgbouncer_psycopg": ("postgres", "psycopg", "pgbouncer"),
     "galera": ("mariadb", "mysql", "galera"),
+    "postgres_serializable": ("postgres",),
 }
 """The markers a case gets for each backend kind among its parameters."""
 

@@ -67,7 +67,7 @@ Job = Callable[..., Coroutine[Any, Any, Any]]
 class Target:
     """Where the workers connect: picklable, so it crosses the process boundary."""
 
-    kind: str  # "sqlite_wal" | "sqlite" | "postgres" | "pgbouncer" | "mariadb"
+    kind: str  # sqlite_wal, sqlite, postgres, pgbouncer, postgres_serializable, mariadb
     where: str  # a file path or a URL
     busy_timeout: float = 5.0
 
@@ -75,6 +75,8 @@ class Target:
         if self.kind.startswith("sqlite"):
             wal = self.kind == "sqlite_wal"
             return Database(self.where, wal=wal, busy_timeout=self.busy_timeout)
+        if self.kind == "postgres_serializable":  # what distributed SQL runs at
+            return Database(self.where, isolation_level="SERIALIZABLE")
         return Database(self.where)
 
 
@@ -435,7 +437,8 @@ async def _fresh(kind: str, tmp_path: Path) -> AsyncIterator[Target]:
             await lovia_store.upgrade(db)
         yield target
         return
-    async with fresh_server_database("postgres" if kind == "pgbouncer" else kind) as url:
+    server = "mariadb" if kind == "mariadb" else "postgres"
+    async with fresh_server_database(server) as url:
         await lovia_store.upgrade(url)
         yield Target(kind, pooled_url(url) if kind == "pgbouncer" else url)
 
@@ -445,12 +448,13 @@ async def _fresh(kind: str, tmp_path: Path) -> AsyncIterator[Target]:
         "sqlite_wal",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+        pytest.param("postgres_serializable", marks=pytest.mark.postgres),
         pytest.param("mariadb", marks=pytest.mark.mysql),
     ]
 )
 async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Target]:
     """A fresh database: a SQLite file in WAL mode, a new PostgreSQL database (directly,
-    and through a transaction pooler) or MariaDB database."""
+    through a transaction pooler, and at SERIALIZABLE) or MariaDB database."""
     async with _fresh(request.param, tmp_path) as fresh:
         yield fresh
 
