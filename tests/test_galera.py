@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from backends import server_url
+from backends import _mysql_admin, server_url
 from helpers import a_run, eventually
 from lovia_store import (
     Database,
@@ -47,21 +47,7 @@ def nodes() -> list[str]:
 
 
 async def admin(node: str, sql: str) -> None:
-    import asyncmy
-
-    url = make_url(node)
-    conn = await asyncmy.connect(
-        host=url.host or "127.0.0.1",
-        port=url.port or 3306,
-        user=url.username or "root",
-        password=url.password or "",
-        autocommit=True,
-    )
-    try:
-        async with conn.cursor() as cursor:
-            await cursor.execute(sql)
-    finally:
-        conn.close()
+    await _mysql_admin(sql, make_url(node))
 
 
 @pytest.fixture
