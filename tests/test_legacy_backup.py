@@ -9,6 +9,7 @@ complete conversion, and the next open finishes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import shutil
@@ -232,3 +233,26 @@ async def test_a_conversion_killed_anywhere_leaves_the_original_or_the_conversio
             assert len(sessions) == (2 if package == "lovia" else 4)
         assert not LEGACY_TABLES[package] & tables(path)
         assert copies(folder), point  # a way back exists once converted
+
+
+async def test_a_conversion_on_first_use_is_said_where_the_user_sees_it(
+    legacy_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ConversionWarning names what was converted and where the copy is (the command
+    line's ``upgrade`` prints its own report instead)."""
+    from lovia_store import ConversionWarning
+    from lovia_store.cli import main
+
+    path = legacy_copy("lovia-0.9.119.sqlite3")
+    with pytest.warns(ConversionWarning, match=r"lovia 0\.9's tables .* one-way") as caught:
+        async with SQLiteSession(path) as session:
+            await session.load("alice")
+    (copy,) = copies(path.parent)
+    assert str(copy) in str(caught[0].message)
+
+    # The command line's only converting command, upgrade, says it once, in its report.
+    capsys.readouterr()
+    other = legacy_copy("zett-0.2.1.sqlite3")
+    assert await asyncio.to_thread(main, ["upgrade", str(other)]) == 0
+    out, err = capsys.readouterr()
+    assert "converted zett-agent's tables" in out and "one-way" not in err

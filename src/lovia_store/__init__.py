@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConflictError,
+    ConversionWarning,
     JoinedLineageError,
     LegacyBackupError,
     LegacyTableError,
@@ -157,6 +158,7 @@ __all__ = [
     "ConflictError",
     "ContentPart",
     "ContextSnapshot",
+    "ConversionWarning",
     "Database",
     "EffectLog",
     "EffectMode",

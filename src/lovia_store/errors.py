@@ -31,6 +31,11 @@ class LoviaStoreError(Exception):
     """Root of every error this package raises."""
 
 
+class ConversionWarning(UserWarning):
+    """A database lovia 0.9 or zett-agent wrote was converted to lovia-store's schema
+    on first use: one-way (they no longer open it); the message names the copy kept."""
+
+
 class UserError(LoviaStoreError, ValueError):
     """The call itself is wrong (bad argument, forbidden policy, missing run)."""
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 
 import click
 
 from ..db.database import Database
 from ..db.schema import head_revision
+from ..errors import ConversionWarning
 from ..upgrade import UpgradeReport, check, upgrade
 from .options import URL_HELP, default_url, json_option, schema_option, shown, url_argument
 from .output import Output, printable
@@ -86,7 +88,8 @@ def upgrade_command(
         raise click.UsageError("--backup-dir and --no-backup exclude each other")
     target = url or default_url()
     legacy_backup: bool | str = False if no_backup else (backup_dir or True)
-    with output.progress(f"upgrading {shown(target)}"):
+    with output.progress(f"upgrading {shown(target)}"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConversionWarning)  # the report below says it
         report = asyncio.run(
             upgrade(target, schema=schema, legacy_backup=legacy_backup, adopt_lovia=adopt_lovia)
         )

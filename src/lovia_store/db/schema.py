@@ -25,6 +25,7 @@ import asyncio
 import itertools
 import logging
 import random
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, insert, inspect, text
 
 from ..errors import (
+    ConversionWarning,
     JoinedLineageError,
     LegacyBackupError,
     LoviaStoreError,
@@ -234,6 +236,14 @@ def _upgrade_on(conn: Connection, db: Database, target: str, state: SchemaState)
     after = read_state(conn).revision
     if converted:
         logger.info("converted %s in %s", ", ".join(converted), db.url)
+        kept = f"; the original is kept at {backup}" if backup is not None else ""
+        owners = " and ".join(converted)
+        warnings.warn(
+            f"{db.url}: converted {owners}'s tables to lovia-store's schema, one-way "
+            f"({owners} can no longer open it){kept}",
+            ConversionWarning,
+            stacklevel=2,
+        )
     logger.info("upgraded %s from revision %s to %s", db.url, state.revision, after)
     return UpgradeReport(db.url, state.revision, after, converted, backup)
 
