@@ -159,7 +159,8 @@ def test_check_and_upgrade_refuse_a_newer_schema(tmp_path: Path, capsys: Capsys)
 def test_check_of_a_missing_file_creates_nothing(tmp_path: Path, capsys: Capsys) -> None:
     """``check`` is the read-only probe of deployments: a typo in the path must not leave files."""
     code, _, err = cli(capsys, "check", str(tmp_path / "store.sqlite3"))
-    assert code == 1 and "lovia-store upgrade" in err  # `upgrade` would create it
+    assert code == 1 and "no such file (is the path right?)" in err
+    assert "`lovia-store upgrade` creates" in err  # what would create it, named as such
     code, _, err = cli(capsys, "check", str(tmp_path / "no" / "such" / "store.sqlite3"))
     assert code == 2 and "does not exist" in err  # a mistyped folder is a usage error
     assert list(tmp_path.iterdir()) == []

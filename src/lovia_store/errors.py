@@ -66,14 +66,23 @@ class SchemaVersionError(LoviaStoreError):
 class SchemaNotCurrentError(LoviaStoreError):
     """Verify-only mode found a database that still needs ``lovia-store upgrade``."""
 
-    def __init__(self, *, database: str, found: str | None, expected: str) -> None:
+    def __init__(
+        self, *, database: str, found: str | None, expected: str, missing: bool = False
+    ) -> None:
         self.database = database
         self.found = found
         self.expected = expected
-        super().__init__(
-            f"{database}: schema revision is {found or 'empty'}, expected {expected}; "
-            "run `lovia-store upgrade` (or open it without verify_only) first"
-        )
+        if missing:  # a typo in a path is likelier than a database never made
+            message = (
+                f"{database}: no such file (is the path right?); `lovia-store upgrade` "
+                "creates a new database there"
+            )
+        else:
+            message = (
+                f"{database}: schema revision is {found or 'empty'}, expected {expected}; "
+                "run `lovia-store upgrade` (or open it without verify_only) first"
+            )
+        super().__init__(message)
 
 
 class JoinedLineageError(SchemaNotCurrentError):

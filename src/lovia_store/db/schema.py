@@ -322,7 +322,9 @@ async def ensure_current(db: Database, *, verify_only: bool) -> None:
     ``verify_only`` never migrates and never creates a missing SQLite file.
     """
     if verify_only and db.missing_file():
-        raise SchemaNotCurrentError(database=db.url, found=None, expected=head_revision())
+        raise SchemaNotCurrentError(
+            database=db.url, found=None, expected=head_revision(), missing=True
+        )
     state = await db.read_unchecked(read_state)
     refuse_newer(state, db.url)
     refuse_joined(state, db.url)
