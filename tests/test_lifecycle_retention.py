@@ -530,11 +530,19 @@ def test_the_command_asks_before_deleting(
     assert code == 0 and "delete them?" in err and "nothing deleted" in err
     code, out, _ = cli("--keep-last", "1", "--json", answer="y\n")
     assert code == 0 and json.loads(out)["sessions"] == ["old"]
+    # The prompt shows the moment an age stands for.
+    code, _, err = cli("--older-than", "0s", answer="n\n")
+    assert code == 0 and "sessions last active before 20" in err and " UTC)" in err
     code, out, _ = cli("--older-than", "0s", "--yes", "--json")
     assert code == 0 and json.loads(out)["sessions"] == ["new"]
     assert cli("--keep-last", "-1")[0] == 2
     assert cli("--older-than", "soon")[0] == 2
     assert cli("--yes")[0] == 2  # no criterion: a UserError
+    # Units that cannot be misread: "6m" (minutes or months?) is refused, naming both.
+    code, _, err = cli("--older-than", "6m")
+    assert code == 2 and "minutes or months" in err and "90min" in err
+    assert cli("--older-than", "1w2d3h4min5s", "--dry-run")[0] == 0
+
 
 
 async def test_lovias_own_runner_names_no_session_so_its_interrupted_run_blocks(

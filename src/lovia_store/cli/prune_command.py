@@ -22,8 +22,9 @@ from .output import Output, printable
 
 __all__ = ["prune_command"]
 
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_DURATION = re.compile(r"(\d+)([smhdw])")
+# Only units that cannot be misread: "m" could be minutes or months, so it is refused.
+_UNITS = {"s": "seconds", "min": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_DURATION = re.compile(r"(\d+)(min|s|h|d|w)")
 
 
 class Age(click.ParamType[timedelta | datetime]):
@@ -36,17 +37,35 @@ class Age(click.ParamType[timedelta | datetime]):
             return value
         text = str(value).strip()
         if text and _DURATION.sub("", text) == "":
-            parts = {_UNITS[unit]: 0.0 for unit in "smhdw"}
+            parts = dict.fromkeys(_UNITS.values(), 0.0)
             for amount, unit in _DURATION.findall(text):
                 parts[_UNITS[unit]] += int(amount)
             return timedelta(**parts)
+        if re.fullmatch(r"(\d+[a-z]+)+", text) and re.search(r"\d+(m|mo|month|months)(\d|$)", text):
+            self.fail(
+                f"{text!r}: 'm' could mean minutes or months; write minutes as 'min' "
+                "(90min) and months as days (180d)",
+                param,
+            )
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            self.fail(f"{text!r} is neither a duration (30d, 12h, 90m) nor an ISO time", param)
+            self.fail(f"{text!r} is neither a duration (30d, 12h, 90min) nor an ISO time", param)
         if moment.tzinfo is None:
             self.fail(f"{text!r} has no UTC offset (add Z or +00:00)", param)
         return moment.astimezone(UTC)
+
+
+def _cutoffs(sessions: timedelta | datetime | None, runs: timedelta | datetime | None) -> str:
+    """The moments the prompt's ages stand for, so a misread unit shows before anything goes."""
+    now = datetime.now(UTC)
+    said = [
+        f"{what} last active before {cut:%Y-%m-%d %H:%M} UTC"
+        for what, age in (("sessions", sessions), ("checkpoints", runs))
+        if age is not None
+        for cut in [age if isinstance(age, datetime) else now - age]
+    ]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _lines(report: PruneReport, database: str) -> list[str]:
@@ -156,7 +175,9 @@ def prune_command(
         if not yes:
             for line in _lines(report, database):
                 output.note(line)
-            if not click.confirm("delete them?", err=True):
+            if not click.confirm(
+                f"delete them?{_cutoffs(older_than, checkpoints_older_than)}", err=True
+            ):
                 output.note("nothing deleted")
                 return 0
         report, database = asyncio.run(run(False))
