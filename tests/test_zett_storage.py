@@ -479,3 +479,18 @@ async def test_a_rewind_inside_the_last_message_keeps_its_prefix(tmp_path: Path)
         records = await storage.list_raw_messages("s")
         assert records[1].message == AssistantMessage(reasoning="hm")
         assert await storage.count_messages("s") == 2
+
+
+async def test_parent_folders_are_created_as_zett_documents(tmp_path: Path) -> None:
+    """zett: "Parent directories are created during construction" (and so here)."""
+    from zett_agent.storage import SQLiteSessionStorage as ZettStorage
+
+    for storage_class, folder in ((ZettStorage, "theirs"), (SQLiteSessionStorage, "ours")):
+        path = tmp_path / folder / "a" / "b" / "sessions.sqlite3"
+        storage = storage_class(path)
+        assert path.parent.is_dir()
+        try:
+            await storage.append("s", "q1", UserMessage(content="hi"))
+            assert await storage.count_messages("s") == 1
+        finally:
+            await storage.close()

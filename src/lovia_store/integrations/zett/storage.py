@@ -269,7 +269,12 @@ class SQLiteSessionStorage(SQLSessionStorage):
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        super().__init__(Path(default_path() if path is None else path).expanduser())
+        file = Path(default_path() if path is None else path).expanduser()
+        try:  # zett's documented behaviour; the core store creates only the file's own folder
+            file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise UserError(f"{file}: cannot create its folder: {exc}") from exc
+        super().__init__(file)
 
 
 def _exists(sid: str) -> Exception:
