@@ -231,3 +231,32 @@ async def test_a_cancelled_tool_turn_is_closed_and_the_session_continues(
     continued = [m for m in our_requests[1].messages if not isinstance(m, SystemMessage)]
     assert continued[-1] == UserMessage(content="Go on without the report.")
     assert len(continued[1].tool_calls) == 2 and continued[2:4] == results
+
+
+async def test_zett_s_readme_line_is_one_import_away(tmp_path: Path) -> None:
+    """``SQLiteSessionExtension("sessions.sqlite")``, zett's README line, from our module:
+    a zett Agent restores the first request's dialogue from it, as from zett's own."""
+    from zett_agent.extensions.sqlite import SQLiteSessionExtension as Theirs
+
+    from lovia_store.integrations.zett import SQLiteSessionExtension as Ours
+    from lovia_store.integrations.zett import SQLiteSessionStorage
+
+    seen = []
+    for extension in (Theirs, Ours):
+        persistence = extension(tmp_path / extension.__module__ / "sessions.sqlite")
+        agent = await Agent.create(
+            ScriptedModel(AssistantMessage(content="Noted.")),
+            config=config("req-1"),
+            extensions=[persistence],
+        )
+        await agent.run("My project is Atlas.", config=config("req-1"))
+        await persistence.close()
+        second = ScriptedModel(AssistantMessage(content="Atlas."))
+        persistence = extension(tmp_path / extension.__module__ / "sessions.sqlite")
+        agent = await Agent.create(second, config=config("req-2"), extensions=[persistence])
+        await agent.run("What is my project?", config=config("req-2"))
+        seen.append([m for m in second.requests[0].messages if not isinstance(m, SystemMessage)])
+        if extension is Ours:
+            assert isinstance(persistence.storage, SQLiteSessionStorage)
+        await persistence.close()
+    assert seen[0] == seen[1] and len(seen[1]) == 3

@@ -1,7 +1,8 @@
 """zett-agent's session storage on lovia-store: change one import.
 
 ``from lovia_store.integrations.zett import SQLiteSessionStorage`` instead of
-``from zett_agent.storage import SQLiteSessionStorage``, and zett-agent's
+``from zett_agent.storage import SQLiteSessionStorage`` (or ``SQLiteSessionExtension``
+instead of ``zett_agent.extensions.sqlite``'s), and zett-agent's
 ``Agent`` with ``SQLSessionExtension`` or ``SessionPersistenceExtension``
 keeps working on SQLite, PostgreSQL or MariaDB, with Alembic migrations and
 zett's own objects in and out (its message dataclasses, ``MessageTiming``,
@@ -23,6 +24,13 @@ except ImportError as exc:  # pragma: no cover - exercised in a venv without zet
         "lovia_store.integrations.zett needs zett-agent: pip install 'lovia-store[zett]'"
     ) from exc
 
+from .extensions import SQLiteSessionExtension, SQLSessionExtension
 from .storage import SQLiteSessionStorage, SQLSessionStorage, default_path
 
-__all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
+__all__ = [
+    "SQLSessionExtension",
+    "SQLSessionStorage",
+    "SQLiteSessionExtension",
+    "SQLiteSessionStorage",
+    "default_path",
+]

@@ -1,0 +1,24 @@
+"""zett-agent's persistence extensions, on our storage: the names a zett user imports.
+
+zett's ``SQLSessionExtension`` takes any storage with its API, ours included, so it is
+zett's own class; ``SQLiteSessionExtension(path)`` is zett's signature, opening our
+``SQLiteSessionStorage`` where zett's opens its own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from zett_agent.extensions.sql import SQLSessionExtension
+
+from .storage import SQLiteSessionStorage
+
+__all__ = ["SQLSessionExtension", "SQLiteSessionExtension"]
+
+
+class SQLiteSessionExtension(SQLSessionExtension):
+    """Restore and save a zett ``Agent``'s sessions in a SQLite file lovia-store owns."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        # zett types its storage by its own class; ours has the same API, not that base.
+        super().__init__(SQLiteSessionStorage(path))  # type: ignore[arg-type]
