@@ -132,31 +132,34 @@ import asyncio, sys
 from lovia_store import SQLSession
 from lovia_store.entries import InputEntry
 
-async def main(url: str, ready: str) -> None:
-    while not __import__("os").path.exists(ready):  # every process starts at once
-        await asyncio.sleep(0.01)
+async def main(url: str) -> None:
     async with SQLSession(url) as sessions:
         await sessions.append("s", [InputEntry(role="user", content=url)])
+sys.stdin.readline()  # every process starts at once, when the test says go
 try:
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1]))
     print("ok")
 except Exception as exc:
     print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
 """
 
 
-def open_at_once(targets: list[str], ready: Path) -> list[str]:
+def open_at_once(targets: list[str]) -> list[str]:
     """A process per target, each opening a store on it at the same moment: what each said."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _OPEN, url, str(ready)],
+            [sys.executable, "-c", _OPEN, url],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for url in targets
     ]
-    ready.touch()
+    for child in children:  # all of them are up and waiting before any goes
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
     return [child.communicate(timeout=180)[0].strip() for child in children]
 
 
@@ -166,10 +169,8 @@ def restart_node(n: int) -> None:
     )
 
 
-async def test_a_fleet_opening_a_new_database_on_every_node_at_once_all_succeed(
-    tmp_path: Path,
-) -> None:
-    for round_ in range(3):
+async def test_a_fleet_opening_a_new_database_on_every_node_at_once_all_succeed() -> None:
+    for _ in range(3):
         name = f"lovia_g_{uuid.uuid4().hex[:12]}"
         urls = nodes()
         await admin(urls[0], f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
@@ -178,7 +179,7 @@ async def test_a_fleet_opening_a_new_database_on_every_node_at_once_all_succeed(
                 make_url(u).set(drivername="mysql+asyncmy", database=name).render_as_string(False)
                 for u in urls
             ]
-            said = open_at_once(targets, tmp_path / f"go-{round_}")
+            said = open_at_once(targets)
             assert said == ["ok"] * len(targets), said
             for url in targets:  # every node sees the current schema and all three messages
                 async with SQLSessionStorage(url) as storage:
