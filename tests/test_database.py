@@ -102,6 +102,20 @@ def test_bad_targets_and_options(tmp_path: Path) -> None:
     assert isinstance(caught.value, ImportError)
 
 
+def test_read_replicas_are_checked_before_anything_opens(tmp_path: Path) -> None:
+    primary = "postgresql://app@db1.internal/app"
+    with pytest.raises(UserError, match="PostgreSQL hot standbys, not to sqlite"):
+        Database(tmp_path / "x.sqlite3", read_replicas=[primary])
+    with pytest.raises(UserError, match="a list of URLs"):
+        Database(primary, read_replicas=primary)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="max_replica_lag"):
+        Database(primary, read_replicas=[primary], max_replica_lag=-1)
+    with pytest.raises(UserError, match="a read replica of PostgreSQL is PostgreSQL"):
+        Database(primary, read_replicas=["mysql://app@db2.internal/app"])
+    with pytest.raises(UserError, match="not int"):
+        Database(primary, read_replicas=[5])  # type: ignore[list-item]
+
+
 def test_password_is_hidden() -> None:
     db = Database("postgresql://alice:hunter2@db.example/app")
     assert "hunter2" not in db.url and "alice" in db.url

@@ -10,8 +10,10 @@ every error is a ``LoviaStoreError`` with the right ``retry_safe``.
   every run boundary instead; this kills anywhere, mid-statement included.
 - connections terminated from an admin connection (``pg_terminate_backend``, MariaDB's
   ``KILL CONNECTION``) before a statement, and at COMMIT: a write's lost COMMIT is
-  ``retry_safe=False`` (its outcome is unknown) and the run is whole or absent; a read's
-  is retried (D15); one lost before COMMIT is retried by itself.
+  ``retry_safe=False`` (its outcome is unknown) and the run is whole or absent, unless
+  the write is keyed (a run id, a checkpoint step, a lease, a keyed message), which
+  settles it after reconnecting; a read's is retried (D15); one lost before COMMIT is
+  retried by itself.
 - SQLite: a file system that fills up, and one that turns read-only (a tmpfs where the
   tests may mount one, as root; otherwise ``PRAGMA max_page_count`` and ``chmod``).
 
@@ -261,17 +263,11 @@ async def test_a_write_that_loses_its_connection_at_commit_is_whole_or_absent(
         assert "during COMMIT" in str(caught.value)
         assert await db.read(_probe_rows) in ([], [(1, "one"), (2, "two")])
 
-        # A store's append: on PostgreSQL one statement without BEGIN/COMMIT (committed
-        # before a COMMIT could be lost), elsewhere a transaction whose COMMIT is lost.
+        # A store's append is keyed by its run id: its lost COMMIT is settled by itself
+        # (on PostgreSQL it is one statement without BEGIN/COMMIT: nothing to lose).
         with killing(db, kill, "commit") as killed:
-            try:
-                await store.append("alice", a_run("1"), run_id="r1")
-            except StoreUnavailableError as exc:
-                assert isinstance(exc, OutcomeUnknownError) and exc.retry_safe is False
+            assert await store.append("alice", a_run("1"), run_id="r1") == "r1"
         assert killed
-        assert [s.run_id for s in await store.segments("alice")] in ([], ["r1"])
-        # The caller's retry under the same run id stores it exactly once.
-        assert await store.append("alice", a_run("1"), run_id="r1") == "r1"
         segments = await store.segments("alice")
         assert [s.run_id for s in segments] == ["r1"]
         assert _dicts(segments[0].entries) == _dicts(a_run("1"))
@@ -473,14 +469,78 @@ async def test_a_keyed_raw_log_append_lost_at_commit_is_re_issued_once(
         await storage.append("warm", "q0", AssistantTextEntry(content="warm"))
         message = AssistantTextEntry(content="charged the card")
         with killing(db, kill, "commit") as killed:
-            try:
-                first: int | None = await storage.append(
-                    "s", "q1", message, idempotency_key="pay-1"
-                )
-            except OutcomeUnknownError:
-                first = None
+            first = await storage.append("s", "q1", message, idempotency_key="pay-1")
         assert killed
         again = await storage.append("s", "q1", message, idempotency_key="pay-1")
-        assert first in (None, again)
+        assert first == again
         records = await storage.list_raw_messages("s")
         assert [(r.sequence, r.request_id) for r in records] == [(again, "q1")]
+
+
+@contextlib.contextmanager
+def reply_to_commit_lost(db: Database) -> Iterator[list[int]]:
+    """The next COMMIT lands on the server, then the connection fails before its reply
+    reaches the client (what a primary killed mid-reply does). Yields how many fired."""
+    dialect = db.engine.sync_engine.dialect
+    fired: list[int] = []
+
+    def do_commit(dbapi_connection: Any) -> None:
+        type(dialect).do_commit(dialect, dbapi_connection)
+        if not fired:
+            fired.append(1)
+            raise ConnectionResetError("the reply to COMMIT was lost")
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign]
+    try:
+        yield fired
+    finally:
+        del dialect.do_commit
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "reply-lost"])
+async def test_lost_commits_of_keyed_writes_are_settled_after_reconnecting(
+    server: tuple[str, Kill], landed: bool
+) -> None:
+    """A run id, a checkpoint step, a lease and a keyed message each tell whether their
+    COMMIT landed: the caller gets the answer it would have had, stored once. What has
+    no key (an unkeyed Raw Log append) stays an ``OutcomeUnknownError``."""
+    url, kill = server
+    async with Database(url) as db:
+        sessions_, runs, storage = SQLSession(db), SQLCheckpointer(db), SQLSessionStorage(db)
+        await storage.append("warm", "q0", AssistantTextEntry(content="warm"))
+        await runs.append("warm", [], RunHead(agent_name="a"))
+
+        def losing() -> contextlib.AbstractContextManager[list[int]]:
+            return reply_to_commit_lost(db) if landed else killing(db, kill, "commit")
+
+        with losing() as lost:
+            assert await sessions_.append("alice", a_run("1"), run_id="r1") == "r1"
+        assert [s.run_id for s in await sessions_.segments("alice")] == ["r1"]
+
+        lease = await runs.acquire_lease("run")
+        step = [AssistantTextEntry(content="t1"), AssistantTextEntry(content="t2")]
+        with losing() as lost:
+            await runs.append("run", step, RunHead(agent_name="a", turns=1), lease=lease)
+        assert lost
+        snapshot = await runs.load("run")
+        assert snapshot is not None
+        assert (snapshot.turns, _dicts(snapshot.entries)) == (1, _dicts(step))
+        await runs.release_lease(lease)
+
+        with losing() as lost:
+            taken = await runs.acquire_lease("other")
+        assert lost
+        assert (await runs.renew_lease(taken)).token == taken.token  # held, by this caller
+
+        message = AssistantTextEntry(content="charged the card")
+        with losing() as lost:
+            sequence = await storage.append("s", "q1", message, idempotency_key="pay-1")
+        assert lost
+        records = await storage.list_raw_messages("s")
+        assert [(r.sequence, r.request_id) for r in records] == [(sequence, "q1")]
+
+        with losing() as lost, pytest.raises(OutcomeUnknownError):
+            await storage.append("s", "q2", message)
+        assert lost
+        stored = [r.request_id for r in await storage.list_raw_messages("s")]
+        assert stored == (["q1", "q2"] if landed else ["q1"])

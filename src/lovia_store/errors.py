@@ -256,10 +256,12 @@ class StoreUnavailableError(LoviaStoreError):
 
 class OutcomeUnknownError(StoreUnavailableError):
     """The connection was lost while a write's COMMIT was under way: the server may or
-    may not have committed it. Never retried by lovia-store.
+    may not have committed it.
 
-    Re-issue what has a key, which is stored once: a session append under the same
-    ``run_id``, a Raw Log append under the same ``idempotency_key``; for a checkpoint
+    A write that can tell (a session append's run id, a checkpoint step, a lease, a
+    keyed Raw Log append) is settled by lovia-store after reconnecting, for up to
+    ``busy_timeout``: this is raised only for what cannot tell, or when no server
+    answered in time. Re-issue what has a key, which is stored once; for a checkpoint
     step, re-issue the run (``Runner.run`` with its ``run_id`` resumes from what the
     checkpoint holds).
     """

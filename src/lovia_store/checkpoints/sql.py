@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import uuid4
 
 from sqlalchemy import BigInteger, Connection, bindparam, delete, select
 
@@ -42,7 +43,7 @@ from .contract import (
     summary_of,
 )
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
-from .sql_steps import ENTRY_COUNT, append_step
+from .sql_steps import ENTRY_COUNT, append_step, settle_step
 
 __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
@@ -124,7 +125,11 @@ class SQLCheckpointer(SQLStore):
                 )
             append_step(conn, run_id, status, head_json, documents, session_id)
 
-        await self.database.write(work)
+        def settle(conn: Connection) -> None:
+            sql_leases.fence(conn, lease)
+            settle_step(conn, run_id, status, head_json, documents, session_id)
+
+        await self.database.write(work, resolve=settle)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         stored = await self.load_documents(run_id)
@@ -156,7 +161,7 @@ class SQLCheckpointer(SQLStore):
             sql_leases.fence(conn, lease)
             delete_runs(conn, [run_id])
 
-        await self.database.write(work)
+        await self.database.write(work, resolve=work)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
@@ -194,10 +199,15 @@ class SQLCheckpointer(SQLStore):
         check_id(run_id, "run_id")
         seconds = check_ttl(ttl)
 
-        def work(conn: Connection) -> RunLease:
-            return sql_leases.acquire(conn, run_id, seconds)
+        lease_id = uuid4().hex
 
-        return await self.database.write(work)
+        def work(conn: Connection) -> RunLease:
+            return sql_leases.acquire(conn, run_id, seconds, lease_id)
+
+        def settle(conn: Connection) -> RunLease:
+            return sql_leases.acquired(conn, run_id, seconds, lease_id) or work(conn)
+
+        return await self.database.write(work, resolve=settle)
 
     async def renew_lease(self, lease: RunLease) -> RunLease:
         """Push the lease's expiry out by its ttl; ``RunOwnershipLost`` if it was taken over."""
@@ -206,7 +216,7 @@ class SQLCheckpointer(SQLStore):
         def work(conn: Connection) -> RunLease:
             return sql_leases.guard(conn, lease)
 
-        return await self.database.write(work)
+        return await self.database.write(work, resolve=work)
 
     async def release_lease(self, lease: RunLease) -> None:
         """Let the next worker in now; a lease that was already lost is left alone."""
@@ -215,7 +225,7 @@ class SQLCheckpointer(SQLStore):
         def work(conn: Connection) -> None:
             sql_leases.release(conn, lease)
 
-        await self.database.write(work)
+        await self.database.write(work, resolve=work)
 
     # -- tool effects (see EffectLog) ------------------------------------------------------
 
@@ -258,7 +268,7 @@ class SQLCheckpointer(SQLStore):
             sql_leases.fence(conn, lease)
             insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
 
-        await self.database.write(work)
+        await self.database.write(work, resolve=work)
 
     async def run_effect(
         self,

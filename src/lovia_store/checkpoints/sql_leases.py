@@ -20,14 +20,14 @@ from ..db.tables import run_heads, run_leases
 from ..errors import RunInProgressError, RunOwnershipLost
 from .leases import RunLease, from_epoch_ms, holder_is_gone, this_holder
 
-__all__ = ["acquire", "drop_idle", "fence", "guard", "release"]
+__all__ = ["acquire", "acquired", "drop_idle", "fence", "guard", "release"]
 
 logger = logging.getLogger(__name__)
 
 le = run_leases.c
 _NOW = select(db_clock_ms())
 _CURRENT = (
-    select(le.token, le.holder, le.expires_ms)
+    select(le.token, le.lease_id, le.holder, le.expires_ms)
     .where(le.run_id == bindparam("run_id"))
     .with_for_update()
 )
@@ -59,10 +59,10 @@ _LEASE_COLUMNS = ("run_id", "token", "lease_id", "holder", "expires_ms")
 prepare_insert_ignore(run_leases, _LEASE_COLUMNS)
 
 
-def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
+def acquire(conn: Connection, run_id: str, ttl: float, lease_id: str | None = None) -> RunLease:
     """Take the run's lease, unless a live holder (on any host) has it."""
     now = int(conn.execute(_NOW).scalar_one())
-    holder, lease_id, expires = this_holder(), uuid4().hex, now + _ms(ttl)
+    holder, lease_id, expires = this_holder(), lease_id or uuid4().hex, now + _ms(ttl)
     values: dict[str, Any] = dict(
         zip(_LEASE_COLUMNS, (run_id, 1, lease_id, holder, expires), strict=True)
     )
@@ -71,6 +71,8 @@ def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
         return _lease(values, ttl)
     if current is None:  # a racer inserted it first; its row is committed and locked now
         current = conn.execute(_CURRENT, {"run_id": run_id}).one()
+        if current.lease_id == lease_id:  # the racer was this acquire, its COMMIT lost
+            return _lease({"run_id": run_id, **current._asdict()}, ttl)
     gone = holder_is_gone(current.holder)
     if current.expires_ms > now and not gone:
         raise RunInProgressError(
@@ -81,6 +83,15 @@ def acquire(conn: Connection, run_id: str, ttl: float) -> RunLease:
     values["token"] = current.token + 1
     conn.execute(update(run_leases).where(le.run_id == run_id).values(values))
     return _lease(values, ttl)
+
+
+def acquired(conn: Connection, run_id: str, ttl: float, lease_id: str) -> RunLease | None:
+    """The lease ``acquire(..., lease_id)`` took, if its transaction committed (the row is
+    locked first: an acquire whose COMMIT is still under way is waited for)."""
+    current = conn.execute(_CURRENT, {"run_id": run_id}).first()
+    if current is None or current.lease_id != lease_id:
+        return None
+    return _lease({"run_id": run_id, **current._asdict()}, ttl)
 
 
 def _log_takeover(run_id: str, holder: str, token: int, gone: bool, overdue_ms: int) -> None:

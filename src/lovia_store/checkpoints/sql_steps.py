@@ -16,12 +16,12 @@ from sqlalchemy import ARRAY, BigInteger, Connection, String, Text, bindparam, f
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..db.dialect import capabilities, upsert
+from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
 from ..db.prepared import Prepared, per_dialect
 from ..db.tables import run_entries, run_heads
 from ..db.types import UTCDateTime, utcnow
 
-__all__ = ["ENTRY_COUNT", "append_step"]
+__all__ = ["ENTRY_COUNT", "append_step", "settle_step"]
 
 h = run_heads.c
 
@@ -131,3 +131,49 @@ def append_step(
             {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
         ]
         _INSERT_ENTRIES.execute(conn, {"run_id": run_id}, rows)
+
+
+_LOCKED_HEAD = (
+    select(h.head_json, h.entry_count).where(h.run_id == bindparam("run_id")).with_for_update()
+)
+_TAIL = (
+    select(run_entries.c.entry_json)
+    .where(run_entries.c.run_id == bindparam("run_id"), run_entries.c.position > bindparam("after"))
+    .order_by(run_entries.c.position)
+)
+_EMPTY_HEAD = ("run_id", "status", "head_json", "entry_count", "created_at", "updated_at")
+prepare_insert_ignore(run_heads, _EMPTY_HEAD)
+
+
+def _landed(conn: Connection, run_id: str, head_json: str, documents: Sequence[str]) -> bool:
+    """Whether the run ends with this step: its head, then its entries, last."""
+    head = conn.execute(_LOCKED_HEAD, {"run_id": run_id}).first()
+    if head is None or head.head_json != head_json:
+        return False
+    after = head.entry_count - len(documents)
+    tail = conn.execute(_TAIL, {"run_id": run_id, "after": after}).scalars().all()
+    return after >= 0 and list(tail) == list(documents)
+
+
+def settle_step(
+    conn: Connection,
+    run_id: str,
+    status: str,
+    head_json: str,
+    documents: Sequence[str],
+    session_id: str | None = None,
+) -> None:
+    """``append_step`` after its COMMIT was lost: a no-op if the step is stored.
+
+    The head row is locked before it is compared, so a first attempt whose
+    COMMIT is still under way (its server alive) is waited for, not missed; a
+    run with no head yet gets an empty one first for the same reason. A step is
+    known by its head (which records ``updated_at``) and its entries.
+    """
+    if _landed(conn, run_id, head_json, documents):
+        return
+    now = utcnow()
+    empty = dict(zip(_EMPTY_HEAD, (run_id, status, head_json, 0, now, now), strict=True))
+    if not insert_ignore(conn, run_heads, empty) and _landed(conn, run_id, head_json, documents):
+        return
+    append_step(conn, run_id, status, head_json, documents, session_id)

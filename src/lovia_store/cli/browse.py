@@ -43,7 +43,7 @@ async def _session_page(db: Database, limit: int, offset: int) -> tuple[int, lis
     def work(conn: Connection) -> tuple[int, list[Any]]:
         return int(conn.execute(total).scalar_one()), list(conn.execute(query).all())
 
-    return await db.read(work)
+    return await db.read(work, stale=True)
 
 
 def _page_note(what: str, offset: int, shown: int, total: int) -> str | None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -17,11 +20,19 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
-from ..errors import LoviaStoreError, MissingDriverError, StoreBusyError, UserError
+from ..errors import (
+    LoviaStoreError,
+    MissingDriverError,
+    OutcomeUnknownError,
+    StoreBusyError,
+    TransactionPoolerError,
+    UserError,
+)
 from .errors import read_retry_safe, worth_retrying
 from .executors import AsyncExecutor, Executor, Work, make_async_engine
 from .prepared import Prepared, prepare_dialect
 from .private_files import keep_sqlite_files_private
+from .replicas import Replicas
 from .sqlite_executor import SQLiteThreadExecutor
 from .urls import (
     display_url,
@@ -39,6 +50,10 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 _RETRIES = 6
+# The Databases (by id) whose every read may come from a replica here: see stale_reads().
+_STALE_READS: ContextVar[frozenset[int]] = ContextVar(
+    "lovia_store_stale_reads", default=frozenset()
+)
 # SQLite takes its busy timeout as a C int of milliseconds.
 _MAX_BUSY_TIMEOUT = 2**31 // 1000 - 1
 # Each server driver is an extra of ours (pyproject.toml); another driver is its own package.
@@ -65,7 +80,8 @@ class Database:
     it fails with ``StoreBusyError`` (a migration waits for another process's
     migration longer: up to 10 minutes); on a server, how long a call is run again
     after the server rolled it back for contention (a serialization failure, a
-    deadlock). On PostgreSQL, ``schema`` places our tables (and
+    deadlock), and how long a keyed write whose COMMIT was lost keeps reconnecting
+    to settle it (a failover takes seconds). On PostgreSQL, ``schema`` places our tables (and
     our version table) in that schema instead of the connection's default one,
     for hosts that keep each component in its own namespace.
 
@@ -81,6 +97,14 @@ class Database:
     mode, Supavisor, RDS Proxy): no statement is prepared by name on the server nor
     run outside a transaction, so no statement depends on a server connection the
     pooler may have handed to another client (docs/deploying.md).
+
+    ``read_replicas`` (PostgreSQL hot standbys: URLs, or engines the caller owns)
+    take the reads that may be stale: listing and paging sessions and the Raw Log,
+    ``stats``, ``export`` and the CLI's ``show``. A replica more than
+    ``max_replica_lag`` seconds behind, or unreachable, is passed over, and when
+    none will do the read goes to the primary. Every other read (an agent's
+    history, a run's checkpoint) stays on the primary unless made inside
+    ``stale_reads()``.
     """
 
     def __init__(
@@ -95,6 +119,8 @@ class Database:
         schema: str | None = None,
         legacy_backup: bool | str | os.PathLike[str] = True,
         pooler: Literal["transaction"] | None = None,
+        read_replicas: Sequence[AsyncEngine | str] = (),
+        max_replica_lag: float = 5.0,
         **engine_options: Any,
     ) -> None:
         if synchronous not in ("full", "normal"):
@@ -143,6 +169,9 @@ class Database:
             )
         self.url = display_url(self._executor.url)
         self.dialect = self._executor.dialect
+        self._replicas = self._open_replicas(
+            read_replicas, max_replica_lag, pooler, schema, engine_options
+        )
         self.is_sqlite = self.dialect == "sqlite"
         self._path = sqlite_file(self._executor.url) if self.is_sqlite else None
         self._schema_ready = False
@@ -182,6 +211,50 @@ class Database:
                 f"pip install {_EXTRAS.get(driver, driver)}"
             ) from exc
         return AsyncExecutor(engine, owned=True, recreate=create, pooled=pooler is not None)
+
+    def _open_replicas(
+        self,
+        targets: Sequence[AsyncEngine | str],
+        max_lag: float,
+        pooler: str | None,
+        schema: str | None,
+        options: dict[str, Any],
+    ) -> Replicas | None:
+        if isinstance(targets, str) or not isinstance(targets, Sequence):
+            raise UserError("read_replicas is a list of URLs or engines")
+        if isinstance(max_lag, bool) or not isinstance(max_lag, int | float) or max_lag < 0:
+            raise UserError(f"max_replica_lag is a number of seconds >= 0, not {max_lag!r}")
+        if not targets:
+            return None
+        if self.dialect != "postgresql":
+            raise UserError(
+                f"read_replicas applies to PostgreSQL hot standbys, not to {self.dialect}"
+            )
+        executors: list[Executor] = []
+        for target in targets:
+            if isinstance(target, AsyncEngine):
+                placed = in_schema(target, schema)
+                same = functools.partial(_same, placed)
+                executors.append(AsyncExecutor(placed, owned=False, recreate=same))
+                continue
+            if not isinstance(target, str):
+                what = type(target).__name__
+                raise UserError(f"a read replica is a URL or an engine, not {what}")
+            url, mode = take_pooler(to_url(target), pooler)
+            if url.get_backend_name() != "postgresql":
+                raise UserError(f"{display_url(url)}: a read replica of PostgreSQL is PostgreSQL")
+            executors.append(self._open(url, {}, False, True, options, schema, mode))
+        return Replicas(executors, float(max_lag))
+
+    @contextlib.contextmanager
+    def stale_reads(self) -> Iterator[None]:
+        """Every read inside may come from a read replica (up to ``max_replica_lag``
+        seconds stale): for a dashboard that loads histories it only shows."""
+        token = _STALE_READS.set(_STALE_READS.get() | {id(self)})
+        try:
+            yield
+        finally:
+            _STALE_READS.reset(token)
 
     @property
     def engine(self) -> Any:
@@ -233,24 +306,41 @@ class Database:
 
     # -- transactions ---------------------------------------------------------
 
-    async def read(self, work: Work[T]) -> T:
-        """Run ``work(connection)`` in one read transaction (a consistent snapshot)."""
+    async def read(self, work: Work[T], *, stale: bool = False) -> T:
+        """Run ``work(connection)`` in one read transaction (a consistent snapshot).
+
+        ``stale``: a read replica may answer (up to ``max_replica_lag`` behind)."""
         await self.ensure_schema()
+        if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
+            answered, result = await self._replicas.read(work)
+            if answered:
+                return result  # type: ignore[return-value]
         return await self._run(work, write=False, single_statement=False)
 
-    async def write(self, work: Work[T]) -> T:
+    async def write(self, work: Work[T], *, resolve: Work[T] | None = None) -> T:
         """Run ``work(connection)`` in one write transaction: all of it commits or none.
 
         A cancelled caller never leaves a half-applied write: the transaction
         finishes or rolls back on its own, and a retry under the same key is
         then a no-op. Busy errors that provably happened before commit are
         retried a bounded number of times.
+
+        ``resolve`` settles a lost COMMIT: a transaction that answers as ``work``
+        would have (from what the first attempt stored) if it committed, and does
+        ``work`` if it did not. It runs after reconnecting, for up to
+        ``busy_timeout``; without it (or past that), the caller gets
+        ``OutcomeUnknownError``.
         """
         await self.ensure_schema()
-        return await self._run(work, write=True, single_statement=False)
+        return await self._run(work, write=True, single_statement=False, resolve=resolve)
 
     async def read_one(
-        self, statement: Statement, params: Mapping[str, Any], *, first_column: bool = False
+        self,
+        statement: Statement,
+        params: Mapping[str, Any],
+        *,
+        first_column: bool = False,
+        stale: bool = False,
     ) -> Sequence[Any]:
         """The rows of one statement, which sees one snapshot by itself: on
         PostgreSQL it runs without BEGIN and COMMIT (two round trips fewer).
@@ -258,22 +348,27 @@ class Database:
         ``first_column``: the first value of each row instead, taken where the
         statement ran (SQLite's thread), so a long result reaches the caller as one
         list of values, not as thousands of row objects its garbage collector must
-        walk while it decodes them."""
+        walk while it decodes them. ``stale``: a read replica may answer."""
         await self.ensure_schema()
-        return await self._run(
-            _one(statement, params, first_column), write=False, single_statement=True
-        )
+        work = _one(statement, params, first_column)
+        if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
+            answered, result = await self._replicas.read(work)
+            if answered:
+                return result  # type: ignore[return-value]
+        return await self._run(work, write=False, single_statement=True)
 
     async def write_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
         """Run one statement that returns rows, atomic by itself, and return them.
 
         On PostgreSQL it runs without BEGIN and COMMIT. It must be idempotent:
-        a connection lost mid-statement is retried, and the first attempt may
-        have committed. Taking a statement, not a work, is what keeps a second
-        statement from running outside a transaction.
+        a connection lost mid-statement (or at COMMIT, behind a transaction
+        pooler) is retried, and the first attempt may have committed. Taking a
+        statement, not a work, is what keeps a second statement from running
+        outside a transaction.
         """
         await self.ensure_schema()
-        return await self._run(_one(statement, params), write=True, single_statement=True)
+        work = _one(statement, params)
+        return await self._run(work, write=True, single_statement=True, resolve=work)
 
     async def read_unchecked(self, work: Work[T]) -> T:
         """``read`` without the schema check (the gate itself uses it)."""
@@ -295,6 +390,7 @@ class Database:
         write: bool,
         single_statement: bool,
         lock_wait: float | None = None,
+        resolve: Work[T] | None = None,
     ) -> T:
         """Run ``work`` on the executor, again after a short pause while it fails
         retry-safely.
@@ -308,7 +404,8 @@ class Database:
         On a server, a transaction the server rolled back for contention (a
         serialization failure or deadlock: PostgreSQL at SERIALIZABLE, a Galera
         certification failure) is run again, with jittered pauses, until
-        ``busy_timeout`` has gone by in all.
+        ``busy_timeout`` has gone by in all. A write whose COMMIT was lost is
+        settled by ``resolve`` (``_settle``) when the caller gave one.
         """
         if self._closed:
             raise UserError(f"{self.url}: this Database is closed")
@@ -324,6 +421,10 @@ class Database:
                 return await self._executor.run(
                     work, write=write, single_statement=single_statement
                 )
+            except OutcomeUnknownError as exc:
+                if resolve is None:
+                    raise
+                return await self._settle(resolve, exc)
             except LoviaStoreError as exc:
                 if not write:
                     read_retry_safe(exc)
@@ -349,11 +450,43 @@ class Database:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
+    async def _settle(self, resolve: Work[T], unknown: OutcomeUnknownError) -> T:
+        """Run ``resolve`` after a lost COMMIT until it answers, for up to ``busy_timeout``.
+
+        A failover or a restart takes seconds, so failures that ran nothing (no
+        connection yet, a standby still read-only) are waited through, and so is
+        ``resolve``'s own lost COMMIT: it is idempotent. What is never settled is
+        the caller's ``unknown``, unchanged but for saying it was tried.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.05
+        logger.info("settling a lost COMMIT: %s", unknown)
+        while True:
+            try:
+                return await self._executor.run(resolve, write=True)
+            except LoviaStoreError as exc:
+                settles_later = isinstance(exc, OutcomeUnknownError) or (
+                    getattr(exc, "retry_safe", False)
+                    and not isinstance(exc, TransactionPoolerError)
+                )
+                if not settles_later:
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise OutcomeUnknownError(
+                        f"{unknown}; still unsettled after {self.busy_timeout:g} s "
+                        f"(busy_timeout): {exc}"
+                    ) from unknown
+                logger.debug("settling: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
     # -- lifetime -------------------------------------------------------------
 
     async def dispose_loop(self) -> None:
         """Release what the running event loop holds (call it before the loop stops)."""
         await self._executor.close_loop()
+        if self._replicas is not None:
+            await self._replicas.close_loop()
 
     async def close(self) -> None:
         """Finish in-flight writes, then dispose the engines this object created.
@@ -363,7 +496,11 @@ class Database:
         if self._closed:
             return
         self._closed = True
-        await self._executor.close()
+        try:
+            await self._executor.close()
+        finally:
+            if self._replicas is not None:
+                await self._replicas.close()
 
     async def __aenter__(self) -> Database:
         return self
@@ -374,6 +511,10 @@ class Database:
     def __repr__(self) -> str:
         placed = f", schema={self.schema!r}" if self.schema is not None else ""
         return f"Database({self.url!r}{placed})"
+
+
+def _same(engine: AsyncEngine) -> AsyncEngine:
+    return engine
 
 
 def _check_schema(schema: str | None, backend: str) -> None:

@@ -69,7 +69,7 @@ def _page(
         keys = list(result.keys())
         return [dict(zip(keys, row, strict=True)) for row in result]
 
-    return db.read(work)
+    return db.read(work, stale=True)
 
 
 async def _rows(
@@ -288,4 +288,4 @@ async def count_rows(db: Database, names: Iterable[str]) -> dict[str, int]:
             for name in chosen
         }
 
-    return await db.read(work)
+    return await db.read(work, stale=True)

@@ -124,7 +124,7 @@ async def database_stats(target: Target, *, top: int = 10) -> DatabaseStats:
         def work(conn: Connection) -> DatabaseStats:
             return _measure(conn, db, top)
 
-        return await db.read(work)
+        return await db.read(work, stale=True)
 
 
 def _measure(conn: Connection, db: Database, top: int) -> DatabaseStats:

@@ -161,7 +161,7 @@ class SQLSession(SQLStore):
                 raise _AlreadyStored
 
         with contextlib.suppress(_AlreadyStored):
-            await self.database.write(work)
+            await self.database.write(work, resolve=work)
 
     async def _run_stored(self, conflict: ConflictError, session_id: str, run_id: str) -> bool:
         """Whether ``conflict`` is the idempotent no-op: the run is stored already.

@@ -27,6 +27,16 @@ FROM head;
 -- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
+-- lovia_store.checkpoints.sql_steps:_LOCKED_HEAD
+SELECT lovia_run_heads.head_json, lovia_run_heads.entry_count
+FROM lovia_run_heads
+WHERE lovia_run_heads.run_id = :run_id::VARCHAR FOR UPDATE;
+
+-- lovia_store.checkpoints.sql_steps:_TAIL
+SELECT lovia_run_entries.entry_json
+FROM lovia_run_entries
+WHERE lovia_run_entries.run_id = :run_id::VARCHAR AND lovia_run_entries.position > :after::BIGINT ORDER BY lovia_run_entries.position;
+
 -- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=False) (prepared)
 INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id::VARCHAR, :status::VARCHAR, :head_json::VARCHAR, :count::BIGINT, :now::TIMESTAMP WITH TIME ZONE, :now::TIMESTAMP WITH TIME ZONE, :session_id::VARCHAR) ON CONFLICT (run_id) DO UPDATE SET status = :status::VARCHAR, head_json = :head_json::VARCHAR, entry_count = (lovia_run_heads.entry_count + :count::BIGINT), updated_at = :now::TIMESTAMP WITH TIME ZONE RETURNING lovia_run_heads.entry_count;
 

@@ -15,6 +15,16 @@ WHERE lovia_run_heads.run_id = :run_id;
 -- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
 INSERT INTO lovia_run_entries (run_id, position, entry_json) VALUES (:run_id, :position, :entry_json);
 
+-- lovia_store.checkpoints.sql_steps:_LOCKED_HEAD
+SELECT lovia_run_heads.head_json, lovia_run_heads.entry_count
+FROM lovia_run_heads
+WHERE lovia_run_heads.run_id = :run_id;
+
+-- lovia_store.checkpoints.sql_steps:_TAIL
+SELECT lovia_run_entries.entry_json
+FROM lovia_run_entries
+WHERE lovia_run_entries.run_id = :run_id AND lovia_run_entries.position > :after ORDER BY lovia_run_entries.position;
+
 -- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=False) (prepared)
 INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON CONFLICT (run_id) DO UPDATE SET status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now RETURNING entry_count;
 

@@ -2,7 +2,7 @@
 -- After changing a statement: python tests/test_golden_sql.py --update
 
 -- lovia_store.checkpoints.sql_leases:_CURRENT
-SELECT lovia_run_leases.token, lovia_run_leases.holder, lovia_run_leases.expires_ms
+SELECT lovia_run_leases.token, lovia_run_leases.lease_id, lovia_run_leases.holder, lovia_run_leases.expires_ms
 FROM lovia_run_leases
 WHERE lovia_run_leases.run_id = :run_id;
 

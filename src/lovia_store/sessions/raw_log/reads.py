@@ -185,8 +185,10 @@ async def read_page(
     through_sequence: int | None,
     limit: int,
     offset: int,
+    stale: bool = False,
 ) -> Sequence[Any]:
-    """One page's rows: one statement where it takes one, else a read transaction."""
+    """One page's rows: one statement where it takes one, else a read transaction;
+    ``stale``: a read replica may answer."""
     single = page_in_one_statement(
         database.dialect,
         session_id,
@@ -196,7 +198,7 @@ async def read_page(
         offset=offset,
     )
     if single is not None:
-        return await database.read_one(*single)
+        return await database.read_one(*single, stale=stale)
 
     def work(conn: Connection) -> Sequence[Any]:
         return fetch_page(
@@ -208,7 +210,7 @@ async def read_page(
             offset=offset,
         )
 
-    return await database.read(work)
+    return await database.read(work, stale=stale)
 
 
 Found = tuple[Any, Any, Sequence[Any]]

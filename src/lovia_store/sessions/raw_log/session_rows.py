@@ -86,10 +86,16 @@ async def delete(database: Database, session_id: str) -> bool:
 
 
 async def page(
-    database: Database, codes: tuple[int, ...] | None, limit: int, offset: int
+    database: Database,
+    codes: tuple[int, ...] | None,
+    limit: int,
+    offset: int,
+    *,
+    stale: bool = False,
 ) -> Sequence[Any]:
     """One page of summary rows, latest activity first (ties: higher id first);
-    ``codes`` keeps only those session types (None: all)."""
+    ``codes`` keeps only those session types (None: all); ``stale``: a read replica
+    may answer."""
 
     def work(conn: Connection) -> Sequence[Any]:
         query = select(*SUMMARY_COLUMNS)
@@ -102,7 +108,7 @@ async def page(
         )
         return conn.execute(query).all()
 
-    return await database.read(work)
+    return await database.read(work, stale=stale)
 
 
 async def message_count(database: Database, session_id: str) -> int:

@@ -178,7 +178,7 @@ class SQLSessionStorage(SQLStore):
         codes = check_session_types(session_types)
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
-        rows = await session_rows.page(self.database, codes, limit, offset)
+        rows = await session_rows.page(self.database, codes, limit, offset, stale=True)
         return [summary_from_row(row) for row in rows]
 
     async def count_messages(self, session_id: str) -> int:
@@ -220,6 +220,7 @@ class SQLSessionStorage(SQLStore):
             through_sequence=through,
             limit=limit,
             offset=offset,
+            stale=True,
         )
         return records_from_rows(rows)
 
@@ -273,10 +274,12 @@ class SQLSessionStorage(SQLStore):
             usage,
             idempotency_key,
         )
+        keyed = pending.write if pending.key else None
         try:
-            return await self.database.write(pending.write)
+            return await self.database.write(pending.write, resolve=keyed)
         except ConflictError:
-            # Two re-issues raced past the lookup: the unique key let one in.
+            # Two re-issues (or a lost COMMIT's settling) raced past the lookup: the
+            # unique key let one in.
             found = await self.database.read(pending.stored) if pending.key else None
             if found is None:
                 raise
