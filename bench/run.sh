@@ -42,7 +42,7 @@ cd "$ROOT"
 # The CI smoke test (--scale tiny) also runs the standalone benchmarks at their tiny scale.
 if [[ " $* " == *" --scale tiny "* ]]; then
     "$VENV/bin/python" -m bench "$@"
-    for standalone in bench.prune bench.copy bench.instructions bench.startup bench.pooler bench.galera; do
+    for standalone in bench.prune bench.copy bench.instructions bench.startup bench.pooler bench.galera bench.replication; do
         "$VENV/bin/python" -m "$standalone" --scale tiny
     done
     exit 0

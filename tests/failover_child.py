@@ -4,8 +4,9 @@
 
 Each round writes three things under keys of its own: a run of session ``NAME-runs``
 (run id ``NAME-i``), a message of Raw Log session ``NAME-log`` (idempotency key
-``NAME-i``) and a checkpoint step of run ``NAME`` (one entry, ``NAME-i``). Each write that returns is acknowledged by a line
-in ACKS (``run``/``message``/``step`` and the key), flushed before the next write. A
+``NAME-i``) and a checkpoint step of run ``NAME`` (one entry, ``NAME-i``). Each write
+that returns is acknowledged by a line in ACKS (``run``/``message``/``step`` and the
+key), flushed before the next write. A
 call that failed with nothing run is made again; one whose outcome stayed unknown is
 re-issued if keyed (the session run, the message) and recorded as ``unknown``. Lost
 COMMITs lovia-store settled itself are counted from its log (``settled``). The writer

@@ -203,7 +203,8 @@ async def test_kill_9_of_the_primary_under_four_writers_loses_and_repeats_nothin
                 stored_runs = [s.run_id for s in await sessions.segments(f"{name}-runs")]
                 assert Counter(stored_runs).most_common(1)[0][1] == 1  # none twice
                 assert set(acked["run"]) <= set(stored_runs)
-                messages = [m.request_id for m in await log.list_raw_messages(f"{name}-log", limit=100_000)]
+                stored = await log.list_raw_messages(f"{name}-log", limit=100_000)
+                messages = [m.request_id for m in stored]
                 assert Counter(messages).most_common(1)[0][1] == 1
                 assert set(acked["message"]) <= set(messages)
                 snapshot = await runs.load(name)
