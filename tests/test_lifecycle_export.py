@@ -144,6 +144,32 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
         lambda ls: mutate(ls, 3, lambda d: d.update(entry_json="{broken")),
         "entry_json is not a JSON document",
     ),
+    "repeated message": (
+        lambda ls: [*ls[: first(ls, "message") + 1], *ls[first(ls, "message") :]],
+        r"this message repeats the key of line \d+ \(session_id='.*', sequence=1\)",
+    ),
+    "repeated key, other content": (
+        lambda ls: [
+            *ls[: first(ls, "message") + 1],
+            mutate(ls, first(ls, "message"), lambda d: d.update(entry_json='{"x": 1}'))[
+                first(ls, "message")
+            ],
+            *ls[first(ls, "message") + 1 :],
+        ],
+        "this message repeats the key of line",
+    ),
+    "repeated idempotency key": (
+        lambda ls: mutate(
+            mutate(ls, first(ls, "message"), lambda d: d.update(idempotency_key="k")),
+            first(ls, "message") + 1,
+            lambda d: d.update(idempotency_key="k"),
+        ),
+        r"repeats the key of line \d+ \(session_id='.*', idempotency_key='k'\)",
+    ),
+    "repeated session": (
+        lambda ls: [*ls[:-1], ls[first(ls, "session")], ls[-1]],
+        "this session repeats the key of line 2",
+    ),
     "too long": (
         lambda ls: mutate(ls, 3, lambda d: d.update(entry_type="x" * 33)),
         "longer than 32",
@@ -189,6 +215,8 @@ async def test_a_bad_line_is_refused_naming_it_and_nothing_is_written(
     expected = 1 if case == "no header" else bad_line(lines, changed)
     if case == "truncated":
         expected = len(changed) + 1
+    if case == "repeated idempotency key":  # the first of the two lines given a key is valid
+        expected += 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(changed) + "\n")
     target = str(tmp_path / "target.sqlite3")
@@ -330,3 +358,22 @@ async def test_an_import_killed_mid_way_is_finished_by_importing_again(tmp_path:
     assert report.unchanged["message"] == loaded
     assert report.inserted["message"] + loaded == 6000
     assert await public_reads(target) == await public_reads(source)
+
+
+async def test_a_key_repeated_late_in_the_file_is_refused_before_any_write(
+    sql_backend: Backend, exported: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The database would refuse the repeat mid-write, after the sessions before it were
+    written; the checking pass (a dry run too) refuses it first, naming the line."""
+    _, path = exported
+    lines = path.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if json.loads(line)["record"] == "message")
+    bad = tmp_path / "repeated.jsonl"
+    bad.write_text("\n".join([*lines[: last + 1], lines[last], *lines[last + 1 :]]) + "\n")
+    assert sql_backend.target is not None
+    before = await public_reads(sql_backend.target)
+    for dry_run in (True, False):
+        with pytest.raises(ExportFormatError, match="repeats the key of line") as caught:
+            await import_file(sql_backend.target, bad, dry_run=dry_run)
+        assert caught.value.line == last + 2
+    assert await public_reads(sql_backend.target) == before

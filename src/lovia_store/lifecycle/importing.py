@@ -2,11 +2,12 @@
 
 Two passes over the file. The first parses and checks every line (its JSON,
 its record type, each value against its column, that children follow their
-parent, the end record's counts) and looks each record up in the destination
-in read transactions, refusing one that conflicts with a stored row: a bad
-file or a conflicting destination is refused before anything is written. The
-second pass writes, in units (``lovia_store.lifecycle.loading``), checking
-again, so a writer racing the import is still never overwritten.
+parent, that no key is given twice, the end record's counts) and looks each
+record up in the destination in read transactions, refusing one that conflicts
+with a stored row: a bad file or a conflicting destination is refused before
+anything is written. The second pass writes, in units
+(``lovia_store.lifecycle.loading``), checking again, so a writer racing the
+import is still never overwritten.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from ..db import progress as progress_
 from ..db.schema import _known_revisions, head_revision
 from ..upgrade import upgrade
 from .loading import Loader
-from .records import KINDS, ExportFormatError, Record, check_header, decode_line, record_from
+from .records import (
+    KINDS,
+    ExportFormatError,
+    Kind,
+    Record,
+    check_header,
+    decode_line,
+    record_from,
+)
 from .targets import Target, opened
 
 __all__ = ["ImportReport", "import_file", "read_file"]
@@ -91,6 +100,7 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
     known = _known_revisions()
     counts: Counter[str] = Counter()
     parents: dict[str, Any] = {"session": None, "run": None}
+    keys = _Keys()
     line_number = 0
     ended = False
     for line_number, text in _lines(stream):
@@ -113,6 +123,7 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
             continue
         record = record_from(document, line_number)
         kind = KINDS[record.kind]
+        keys.check(kind, record.row, line_number)
         if kind.name in parents:
             parents[kind.name] = record.row[kind.key[0]]
         elif (
@@ -133,6 +144,47 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
         raise ExportFormatError(
             "the file ends before its end record (truncated?)", line=line_number + 1
         )
+
+
+class _Keys:
+    """The keys the file has given so far, so that one given twice is refused in the
+    checking pass, naming both lines, rather than by the database mid-write.
+
+    Children follow their parent's record and their keys hold the parent's, so a
+    child's keys are kept only until the next parent record: memory follows the
+    number of sessions and runs, not of messages.
+    """
+
+    def __init__(self) -> None:
+        self._unique = {name: _unique_columns(kind) for name, kind in KINDS.items()}
+        self._seen: dict[str, dict[tuple[Any, ...], int]] = {name: {} for name in KINDS}
+
+    def check(self, kind: Kind, row: dict[str, Any], line: int) -> None:
+        for child in KINDS.values():
+            if child.parent == kind.name:
+                self._seen[child.name].clear()
+        seen = self._seen[kind.name]
+        for columns in self._unique[kind.name]:
+            values = tuple(row.get(column) for column in columns)
+            if None in values:  # NULL is never a duplicate (an append without a key)
+                continue
+            first = seen.setdefault((columns, *values), line)
+            if first != line:
+                named = ", ".join(f"{c}={v!r}" for c, v in zip(columns, values, strict=True))
+                raise ExportFormatError(
+                    f"this {kind.name} repeats the key of line {first} ({named}); "
+                    "an export holds each row once",
+                    line=line,
+                )
+
+
+def _unique_columns(kind: Kind) -> list[tuple[str, ...]]:
+    """The column sets the database holds unique for ``kind``: its key and unique indexes."""
+    unique = [kind.key]
+    for index in kind.table.indexes:
+        if index.unique:
+            unique.append(tuple(column.name for column in index.columns))
+    return unique
 
 
 def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
