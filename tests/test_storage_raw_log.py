@@ -141,6 +141,18 @@ async def test_empty_metadata_and_tags_read_as_empty_objects(sql_backend: Backen
         assert (record.usage, record.total_tokens) == (None, None)
 
 
+async def test_integers_of_any_size_in_metadata_and_tags_read_back_exactly(
+    sql_backend: Backend,
+) -> None:
+    wide = {"u64": 2**64 - 1, "over": 2**64, "under": -(2**64) - 1, "huge": 10**40, "f": 0.5}
+    async with sql_backend.storage() as store:
+        await store.append("s", "r", user("hi"), metadata=wide, tags={"t": 2**64})
+        (record,) = await store.list_raw_messages("s")
+        assert (record.metadata, record.tags) == (wide, {"t": 2**64})
+        assert all(type(record.metadata[k]) is int for k in ("u64", "over", "under", "huge"))
+        assert (await store.load("s")).raw_tail[0].metadata == wide
+
+
 @pytest.mark.parametrize("message", [say("text"), ReasoningEntry(content="why"), call("c1")])
 async def test_usage_goes_with_what_the_assistant_produced(
     sql_backend: Backend, message: Any

@@ -7,6 +7,7 @@ one page are decoded in one pass, metadata and tags only when present.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,11 +101,14 @@ def stored_object(
     own append wrote hold, is the empty object."""
     if text is None:
         return {}
+    raw = text if isinstance(text, bytes) else text.encode()
     try:
-        value = orjson.loads(text)
+        if _WIDE_NUMBER.search(raw):  # orjson reads an integer past 64 bits as a float
+            raise orjson.JSONDecodeError("an integer wider than 64 bits", "", 0)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        try:  # what JSON allows and orjson refuses (an integer wider than 64 bits)
-            value = json.loads(text)
+        try:  # exact for integers of any size
+            value = json.loads(raw)
         except (ValueError, RecursionError):
             value = _INVALID
     if not isinstance(value, dict):
@@ -119,6 +123,9 @@ def stored_object(
 
 
 _INVALID = object()
+# Twenty digits or more: possibly an integer past 64 bits (or digits in a string, which
+# json reads as exactly, only slower).
+_WIDE_NUMBER = re.compile(rb"\d{20}")
 
 
 def summary_from_row(row: Any) -> SessionSummary:
