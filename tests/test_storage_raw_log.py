@@ -193,6 +193,8 @@ GOOD: dict[str, Any] = {"session_id": "s", "request_id": "r", "message": say("x"
         ({"title": "   "}, "title"),
         ({"title": "x" * 201}, "title"),
         ({"agent_name": "y" * 65}, "agent_name"),
+        ({"message": call("c" * 300)}, "call_id"),
+        ({"message": result("c" * 300)}, "call_id"),
     ],
 )
 async def test_append_refuses_bad_input_and_writes_nothing(

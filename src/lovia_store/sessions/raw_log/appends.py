@@ -120,6 +120,9 @@ class PendingMessage:
         rid = check_id(request_id, "request_id")
         key = None if idempotency_key is None else check_id(idempotency_key, "idempotency_key")
         entry = check_entry(message)
+        projection = projection_of([entry])
+        if projection.call_id:  # kept in an id column, as a session append's are
+            check_id(projection.call_id, "message call_id")
         measured = check_timing(timing)
         parent = check_parent(parent_session_id, sid)
         shown_title = check_display(title, "title", MAX_TITLE)
@@ -128,7 +131,7 @@ class PendingMessage:
         return cls.build(
             sid,
             rid,
-            projection_of([entry]),
+            projection,
             timing=measured,
             parent=parent,
             title=shown_title,
