@@ -8,6 +8,9 @@ import asyncio
 import gzip
 import io
 import json
+import os
+import sqlite3
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +19,12 @@ import pytest
 
 from backends import Backend
 from lifecycle_support import lovia_entries, populate, public_reads
-from lovia_store import SQLSession, UserError
+from lovia_store import SQLSession, StoredValueError, UserError
 from lovia_store.cli.app import main
 from lovia_store.lifecycle import (
     DestinationConflictError,
     ExportFormatError,
+    copy_database,
     export,
     import_file,
     read_file,
@@ -377,3 +381,42 @@ async def test_a_key_repeated_late_in_the_file_is_refused_before_any_write(
             await import_file(sql_backend.target, bad, dry_run=dry_run)
         assert caught.value.line == last + 2
     assert await public_reads(sql_backend.target) == before
+
+
+async def test_export_files_are_owner_only_and_replace_only_when_whole(
+    exported: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, _ = exported
+    monkeypatch.setattr(os, "umask", os.umask)  # restored after the test
+    os.umask(0o022)
+    for name in ("plain.jsonl", "packed.jsonl.gz"):
+        await export(source, tmp_path / name)
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["packed.jsonl.gz", "plain.jsonl"]
+
+
+async def test_a_damaged_row_fails_export_and_copy_typed_leaving_no_partial_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another program left bytes (a BLOB) in a text column of a SQLite file."""
+    source = tmp_path / "damaged.sqlite3"
+    await populate(str(source))
+    with sqlite3.connect(source) as conn:
+        conn.execute(
+            "UPDATE lovia_messages SET entry_json = X'7bff7d' "
+            "WHERE sequence = (SELECT max(sequence) FROM lovia_messages)"
+        )
+    previous = tmp_path / "out.jsonl"
+    previous.write_text("an earlier export\n")
+    with pytest.raises(StoredValueError, match="holds bytes, not text, in entry_json") as caught:
+        await export(str(source), previous)
+    assert caught.value.table == "lovia_messages" and "sequence" in caught.value.row
+    assert previous.read_text() == "an earlier export\n"
+    assert sorted(os.listdir(tmp_path)) == ["damaged.sqlite3", "out.jsonl"]
+    with pytest.raises(StoredValueError, match="holds bytes"):
+        await copy_database(str(source), str(tmp_path / "copy.sqlite3"))
+    out = str(tmp_path / "cli.jsonl")
+    code = await asyncio.to_thread(main, ["export", str(source), "-o", out])
+    captured = capsys.readouterr()
+    assert code == 5 and "holds bytes, not text" in captured.err
+    assert "Traceback" not in captured.err and "cli.jsonl" not in os.listdir(tmp_path)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import IO, cast
@@ -89,6 +91,25 @@ async def _check_exist(db: Database, session_ids: list[str]) -> None:
         raise UserError(f"{db.url}: no session {', '.join(repr(s) for s in missing[:5])}")
 
 
+@contextlib.contextmanager
+def _whole_or_nothing(path: str) -> Iterator[IO[bytes]]:
+    """A new owner-only file (as every file lovia-store creates: conversations are
+    personal data) that takes ``path``'s place once whole: a failed export leaves no
+    partial file, and a file already at ``path`` as it was."""
+    folder, name = os.path.split(os.path.abspath(path))
+    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".partial")
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
+
+
 def _open_output(
     stack: ExitStack, destination: str | os.PathLike[str] | IO[bytes], compress: bool | None
 ) -> IO[bytes]:
@@ -96,7 +117,7 @@ def _open_output(
         path = os.fspath(destination)
         if compress is None:
             compress = path.endswith(".gz")
-        raw: IO[bytes] = stack.enter_context(open(path, "wb"))  # noqa: SIM115
+        raw: IO[bytes] = stack.enter_context(_whole_or_nothing(path))
     else:
         raw = destination
     if compress:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, and_, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..db.database import Database
+from ..errors import StoredValueError
 from .records import KINDS, Kind, Record
 
 __all__ = ["PAGE", "count_rows", "read_records", "read_sessions"]
@@ -67,9 +68,25 @@ def _page(
     def work(conn: Connection) -> list[dict[str, Any]]:
         result = conn.execute(query)
         keys = list(result.keys())
-        return [dict(zip(keys, row, strict=True)) for row in result]
+        rows = [dict(zip(keys, row, strict=True)) for row in result]
+        for row in rows:
+            _check_text(kind, row)
+        return rows
 
     return db.read(work, stale=True)
+
+
+def _check_text(kind: Kind, row: dict[str, Any]) -> None:
+    """Refuse a row holding bytes (SQLite keeps what another program wrote, a BLOB in a
+    text column): copied, it would change type; exported, it is no JSON."""
+    for name, value in row.items():
+        if isinstance(value, bytes | bytearray | memoryview):
+            raise StoredValueError(
+                f"a stored {kind.name} holds bytes, not text, in {name}",
+                table=kind.table.name,
+                column=name,
+                row={column: row.get(column) for column in kind.key},
+            )
 
 
 async def _rows(
