@@ -145,6 +145,7 @@ async def test_keep_last_keeps_the_most_recently_active(world: World) -> None:
     await world.add("s0", "s1", "s2", "s3", "s4")
     await world.session.append("s0", a_run("again"))  # s0 is now the most recent
     assert (await world.prune(keep_last=9)).sessions == []
+    assert (await world.prune(keep_last=2**64)).sessions == []  # more than can exist: all
     report = await world.prune(keep_last=2, batch_size=2)
     assert report.sessions == ["s1", "s2", "s3"]
     assert await world.sessions_left("s0", "s1", "s2", "s3", "s4") == ["s0", "s4"]
@@ -412,6 +413,8 @@ REFUSED: list[dict[str, Any]] = [
     {"keep_last": 1.5},
     {"older_than": datetime(2020, 1, 1)},  # naive
     {"older_than": timedelta(days=-1)},
+    {"older_than": timedelta(days=999_999_999)},  # before any date
+    {"checkpoints_older_than": timedelta.max},
     {"older_than": "30d"},
     {"checkpoints_older_than": -timedelta(seconds=1)},
     {"session_types": []},
@@ -542,7 +545,9 @@ def test_the_command_asks_before_deleting(
     code, _, err = cli("--older-than", "6m")
     assert code == 2 and "minutes or months" in err and "90min" in err
     assert cli("--older-than", "1w2d3h4min5s", "--dry-run")[0] == 0
-
+    for age in ("99999999999d", "999999999d"):  # past timedelta's range, then past any date
+        code, _, err = cli("--older-than", age)
+        assert code == 2 and "further than any date" in err and "Traceback" not in err
 
 
 async def test_lovias_own_runner_names_no_session_so_its_interrupted_run_blocks(

@@ -386,6 +386,19 @@ async def test_a_stale_version_is_a_conflict_and_writes_nothing(sql_backend: Bac
             await store.snapshot("nobody", CompactedMessage(content="x"), 1, 1)
 
 
+async def test_a_version_past_what_the_database_numbers_is_stale_not_a_driver_error(
+    sql_backend: Backend,
+) -> None:
+    async with sql_backend.storage() as store:
+        await fill(store, "s", 3)
+        for version in (2**31 - 1, 2**31, 2**63 - 1):
+            with pytest.raises(SnapshotConflictError):
+                await store.snapshot("s", CompactedMessage(content="x"), 2, version)
+        assert (await store.load("s")).snapshot is None
+        stored = await store.snapshot("s", CompactedMessage(content="x"), 2, 0)
+        assert stored.version == 1
+
+
 @pytest.mark.parametrize("boundary", [0, -1, 7, 100])
 async def test_the_boundary_must_be_a_stored_sequence(sql_backend: Backend, boundary: int) -> None:
     async with sql_backend.storage() as store:

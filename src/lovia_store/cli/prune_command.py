@@ -40,7 +40,10 @@ class Age(click.ParamType[timedelta | datetime]):
             parts = dict.fromkeys(_UNITS.values(), 0.0)
             for amount, unit in _DURATION.findall(text):
                 parts[_UNITS[unit]] += int(amount)
-            return timedelta(**parts)
+            try:
+                return timedelta(**parts)
+            except OverflowError:
+                self.fail(f"{text!r} reaches back further than any date", param)
         if re.fullmatch(r"(\d+[a-z]+)+", text) and re.search(r"\d+(m|mo|month|months)(\d|$)", text):
             self.fail(
                 f"{text!r}: 'm' could mean minutes or months; write minutes as 'min' "

@@ -82,12 +82,17 @@ class PruneReport:
         }
 
 
+_MOST_ROWS = 2**63 - 1  # a BIGINT: more rows than any table holds
+
+
 def _cut(value: timedelta | datetime | None, name: str, now: datetime) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise UserError(f"{name} is a timedelta of zero or more, not {value!r}")
+        if value > now - datetime.min.replace(tzinfo=UTC):
+            raise UserError(f"{name} {value!r} reaches back further than any date")
         return now - value
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
@@ -132,6 +137,8 @@ def check_options(
         isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0
     ):
         raise UserError(f"keep_last is an integer of 0 or more, not {keep_last!r}")
+    if keep_last is not None:
+        keep_last = min(keep_last, _MOST_ROWS)  # keeping more than can exist keeps all
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise UserError(f"batch_size is an integer, not {batch_size!r}")
     if not 1 <= batch_size <= MAX_BATCH:

@@ -53,6 +53,9 @@ class SnapshotWording:
 
 OURS = SnapshotWording()
 
+LAST_VERSION = 2**31 - 1
+"""The largest snapshot version the column holds (an INTEGER on every backend)."""
+
 
 def write_snapshot(
     conn: Connection,
@@ -68,16 +71,23 @@ def write_snapshot(
 
     ``envelope_json`` is a framework's own summary message, kept whole beside ours.
     """
-    claimed = conn.execute(
-        update(sessions)
-        .where(s.session_id == sid, s.snapshot_version == expected)
-        .values(snapshot_version=s.snapshot_version + 1)
-    )
-    if claimed.rowcount != 1:
+    claimed = None
+    if expected < LAST_VERSION:  # a larger one is stale (or the last): never bound
+        claimed = conn.execute(
+            update(sessions)
+            .where(s.session_id == sid, s.snapshot_version == expected)
+            .values(snapshot_version=s.snapshot_version + 1)
+        )
+    if claimed is None or claimed.rowcount != 1:
         query = select(s.snapshot_version).where(s.session_id == sid)
         actual = (conn.execute(query)).scalar()
         if actual is None and expected == 0:
             raise wording.no_messages(sid, boundary)
+        if actual == expected == LAST_VERSION:
+            raise UserError(
+                f"session {sid!r} holds snapshot version {actual}, the last one a "
+                "database can number: it takes no further snapshot"
+            )
         raise wording.conflict(sid, expected, actual or 0)
     _check_boundary(conn, sid, boundary, expected, wording)
     now = utcnow()
