@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -491,3 +494,35 @@ async def test_queued_sqlite_writes_share_a_commit_and_fail_alone(tmp_path: Path
 
     assert await db.read(strays) == 0
     await db.close()
+
+
+async def test_a_database_used_after_fork_refuses_at_once_naming_the_fix(tmp_path: Path) -> None:
+    """The worker threads (and any server connections) stay in the parent: the child's
+    call is a UserError at once, never a hang; the parent's Database keeps working."""
+    async with Database(tmp_path / "forked.sqlite3") as db:
+        store = SQLSession(db)
+        await store.append("s", a_run("1"))
+        child = os.fork()
+        if child == 0:  # the child: report through the exit code only
+            code = 1
+            try:
+                asyncio.run(SQLSession(db).append("s", a_run("2")))
+            except UserError as exc:
+                code = 0 if "Open a new Database in this process" in str(exc) else 2
+            finally:
+                os._exit(code)
+        status = await asyncio.to_thread(_exit_status, child)
+        assert status == 0, "the child got no UserError naming the fix"
+        await store.append("s", a_run("3"))
+        assert len(await store.segments("s")) == 2
+
+
+def _exit_status(child: int) -> int:
+    for _ in range(600):  # a bound on a hang, not a timing
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    pytest.fail("the forked child hung")

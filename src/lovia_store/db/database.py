@@ -177,6 +177,7 @@ class Database:
         self._schema_ready = False
         self._schema_checks: dict[asyncio.AbstractEventLoop, asyncio.Future[None]] = {}
         self._closed = False
+        self._pid = os.getpid()
 
     @staticmethod
     def _open(
@@ -409,6 +410,12 @@ class Database:
         """
         if self._closed:
             raise UserError(f"{self.url}: this Database is closed")
+        if os.getpid() != self._pid:
+            raise UserError(
+                f"{self.url}: this Database was opened in process {self._pid}, which this "
+                "one was forked from; its connections and worker threads stayed there. "
+                "Open a new Database in this process"
+            )
         delay = 0.01
         started = time.monotonic()
         budget = self._executor.busy_wait
@@ -496,6 +503,8 @@ class Database:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: what it would close belongs to the parent
         try:
             await self._executor.close()
         finally:
