@@ -9,6 +9,7 @@ the origin. Every SQL backend (zett's own Agent on SQLite, PostgreSQL and MariaD
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,35 @@ async def test_forks_racing_appends_to_the_origin_copy_a_consistent_prefix(
             copied = await storage.list_raw_messages(f"f{keep}")
             assert [r.sequence for r in copied] == list(range(1, keep + 1))
         assert [r.sequence for r in await storage.list_raw_messages("s")] == list(range(1, 121))
+
+
+async def test_rewinds_racing_forks_of_one_session_never_deadlock(
+    sql_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both take the session's row first, then its rows: one waits for the other (no
+    deadlock for the server to break and lovia-store to retry), and every fork copies
+    a prefix of what the origin held at that moment."""
+    caplog.set_level(logging.DEBUG, logger="lovia_store")
+    async with sql_backend.session() as session:
+        assert isinstance(session, SQLSession)
+        for n in range(40):
+            await session.append("s", a_run(str(n)), run_id=f"r{n}")
+
+        async def rewinds() -> None:
+            for keep in range(156, 100, -8):
+                await session.rewind("s", keep_entries=keep)
+
+        async def forks(name: str) -> None:
+            for n in range(7):
+                await session.fork("s", f"{name}{n}", keep_entries=4 * (10 + n))
+
+        await asyncio.gather(rewinds(), forks("a"), forks("b"), forks("c"))
+        assert [r.message for r in caplog.records if "eadlock" in r.message] == []
+        origin = await session.load("s")
+        assert origin == [e for n in range(27) for e in a_run(str(n))]
+        for name in "abc":
+            for n in range(7):
+                assert await session.load(f"{name}{n}") == origin[: 4 * (10 + n)]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -26,6 +26,9 @@ _CUT_ROW = Prepared(
     .limit(1)
     .offset(bindparam("keep", type_=BigInteger))
 )
+_SESSION_LOCKED = (
+    select(sessions.c.session_id).where(sessions.c.session_id == SID).with_for_update()
+)
 _DELETE_TAIL = Prepared(delete(messages).where(m.session_id == SID, m.sequence >= _CUT))
 _DELETE_ONE = Prepared(
     delete(messages).where(m.session_id == SID, m.sequence == bindparam("seq", type_=BigInteger))
@@ -81,6 +84,10 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     counting entries, a row it lands inside keeps its prefix, and dangling
     calls inside such rows go too.
     """
+    if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+        # The session's row first, as a fork and an append take it: one waits for the
+        # other instead of each holding rows the other needs (a deadlock on InnoDB).
+        conn.execute(_SESSION_LOCKED, {"sid": session_id})
     plan = entry_cut(conn, session_id, keep_entries)
     keep_rows = keep_entries if plan is None else plan.keep_rows
     changed: list[int] = []  # sequences of multi-entry rows shortened
