@@ -22,13 +22,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
-from alembic.autogenerate import compare_metadata
+from alembic.autogenerate import compare_metadata, render_python_code
+from alembic.autogenerate.api import AutogenContext
+from alembic.operations import ops
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Column, Connection, MetaData, String, Table, Text, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -43,6 +45,7 @@ from lovia_store import (
 )
 from lovia_store.db.schema import alembic_config, migrate
 from lovia_store.db.tables import VERSION_TABLE, metadata
+from lovia_store.models import Id, render_item
 
 T = TypeVar("T")
 
@@ -245,6 +248,131 @@ async def test_without_the_filter_autogenerate_would_drop_our_tables(
         return {op[1].name for op in ops if op[0] == "remove_table"}
 
     assert await on_connection(url, proposed) == LOVIA_TABLES | {VERSION_TABLE}
+
+
+ESCALATIONS = """
+
+from lovia_store.models import Id
+
+
+class Escalation(Base):
+    __tablename__ = "escalations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_id: Mapped[str] = mapped_column(Id, unique=True)
+"""
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    source = path.read_text()
+    assert source.count(old) == 1, f"{old!r} in {path}"
+    path.write_text(source.replace(old, new))
+
+
+def autogenerate(host: Path, url: str, message: str) -> str:
+    """``alembic revision --autogenerate`` in the host's folder; the revision it wrote."""
+    versions = host / "migrations" / "versions"
+    before = set(versions.glob("*.py"))
+    host_alembic(host, url, "revision", "--autogenerate", "-m", message)
+    (created,) = set(versions.glob("*.py")) - before
+    return created.read_text()
+
+
+async def test_a_host_column_of_our_id_type_autogenerates_a_revision_that_runs(
+    url: str, host: Path
+) -> None:
+    """Issue 34: Alembic imports no type from outside SQLAlchemy, so the revision named
+    ``Id``'s class without importing it and ``upgrade`` raised NameError. The example's
+    env.py passes our ``render_item``, which adds the import."""
+    models = host / "host_app" / "models.py"
+    models.write_text(models.read_text() + ESCALATIONS)
+    host_alembic(host, url, "upgrade", "head")
+
+    script = autogenerate(host, url, "escalations")
+    assert "\nimport lovia_store.db.types\n" in script
+    assert "sa.Column('session_id', lovia_store.db.types.IdType(), nullable=False)" in script
+    host_alembic(host, url, "upgrade", "head")  # the revision imports and runs
+    assert "No new upgrade operations detected" in host_alembic(host, url, "check").stdout
+
+    # The column is ours: ids compare exactly (no padding, case kept), and on MariaDB
+    # a join to our session ids is not refused for a mix of collations.
+    await upgrade(url)
+    async with SQLSession(url) as session:
+        await session.append("ticket-1", a_run("one"), run_id="run-1")
+
+    def joined(conn: Connection) -> list[int]:
+        conn.execute(
+            text(
+                "INSERT INTO escalations (id, session_id) "
+                "VALUES (1, 'ticket-1'), (2, 'ticket-1 '), (3, 'Ticket-1')"
+            )
+        )
+        found = conn.execute(
+            text(
+                "SELECT e.id FROM escalations e "
+                "JOIN lovia_sessions s ON s.session_id = e.session_id"
+            )
+        )
+        return list(found.scalars())
+
+    assert await on_connection(url, joined, write=True) == [1]
+
+
+async def test_our_tables_in_a_hosts_metadata_autogenerate_a_revision_that_runs(
+    tmp_path: Path, host: Path
+) -> None:
+    """Against docs/embedding.md's advice, a host may autogenerate our tables too: each
+    of our column types renders with its import, and the revision creates them."""
+    env = host / "migrations" / "env.py"
+    replace_once(
+        env,
+        "target_metadata=Base.metadata,\n        include_name=include_name,\n",
+        "target_metadata=[Base.metadata, ours],\n",
+    )
+    replace_once(
+        env,
+        "import render_item\n",
+        "import metadata as ours\nfrom lovia_store.models import render_item\n",
+    )
+    url = f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}"
+
+    host_alembic(host, url, "upgrade", "head")
+
+    script = autogenerate(host, url, "everything")
+    assert "\nimport lovia_store.db.types\n" in script
+    assert "sa.Column('created_at', lovia_store.db.types.UTCDateTime(" in script
+    host_alembic(host, url, "upgrade", "head")
+    assert "No new upgrade operations detected" in host_alembic(host, url, "check").stdout
+    now = await state(url)
+    assert set(now.host.tables) == HOST_TABLES | {"alembic_version"}
+    assert set(now.lovia.tables) == LOVIA_TABLES
+
+
+def rendered(*columns: Column[Any], **options: Any) -> tuple[str, set[str]]:
+    """A table's ``create_table`` as Alembic's renderer writes it with our
+    ``render_item``, and the imports the revision would get."""
+    imports: set[str] = set()
+
+    def hook(type_: str, obj: Any, context: AutogenContext) -> str | Literal[False]:
+        result = render_item(type_, obj, context)
+        imports.update(context.imports)
+        return result
+
+    table = Table("t", MetaData(), *columns)
+    create = ops.UpgradeOps(ops=[ops.CreateTableOp.from_table(table)])
+    return render_python_code(create, render_item=hook, **options), imports
+
+
+def test_render_item_keeps_variants_and_leaves_other_types_to_alembic() -> None:
+    code, imports = rendered(Column("a", Id.with_variant(Text(), "sqlite")), Column("b", String(9)))
+    assert "sa.Column('a', lovia_store.db.types.IdType().with_variant(sa.Text(), 'sqlite')," in code
+    assert "sa.Column('b', sa.String(length=9), nullable=True)" in code
+    assert imports == {"import lovia_store.db.types"}
+
+    # A host's user_module_prefix names its own types' module, not ours.
+    code, imports = rendered(Column("a", Id), user_module_prefix="host_app.types.")
+    assert "sa.Column('a', lovia_store.db.types.IdType(), nullable=True)" in code
+    assert imports == {"import lovia_store.db.types"}
 
 
 async def test_the_host_migrates_both_from_code(url: str, host: Path) -> None:
