@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
@@ -209,6 +210,38 @@ async def test_a_second_event_loop_gets_its_own_connections(sql_backend: Backend
     assert await asyncio.to_thread(in_thread) == 8
     assert [s.run_id for s in await store.segments("s")] == ["main", "thread"]
     await store.close()
+
+
+_ONE_LOOP_AFTER_ANOTHER = """
+import asyncio, sys
+from lovia_store import Database, SQLSession
+from helpers import a_run
+db = Database(sys.argv[1])
+for n in range(3):  # each asyncio.run ends its loop without dispose_loop()
+    asyncio.run(SQLSession(db).append("loops", a_run(str(n)), run_id=f"r{n}"))
+async def last() -> None:
+    print(len(await SQLSession(db).load("loops")))
+    await db.close()
+asyncio.run(last())
+"""
+
+
+async def test_one_asyncio_run_after_another_closes_cleanly(server_backend: Backend) -> None:
+    """A script that calls ``asyncio.run`` per operation: each loop gets its own
+    connections, those of ended loops are let go, and closing prints nothing."""
+    assert server_backend.target is not None
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _ONE_LOOP_AFTER_ANOTHER,
+        server_backend.target,
+        cwd=Path(__file__).parent,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(child.communicate(), timeout=120)
+    assert err.decode() == "" and child.returncode == 0
+    assert out.decode().split() == ["12"]
 
 
 async def _drop_other_connections(url: str) -> int:

@@ -256,9 +256,19 @@ class AsyncExecutor(Executor):
         loop = asyncio.get_running_loop()
         found = self._loops.get(loop)
         if found is None:
+            self._forget_closed_loops()
             engine = self._recreate() if self._loops and self._owned else self.engine
             found = self._loops[loop] = _LoopEngines(engine, self.pooled)
         return found
+
+    def _forget_closed_loops(self) -> None:
+        """Drop the pools of loops that ended without ``close_loop`` (one ``asyncio.run``
+        after another): their connections cannot be closed any more (closing needs their
+        loop: "Event loop is closed"), so they are let go, for the collector."""
+        for loop in [loop for loop in self._loops if loop.is_closed()]:
+            engines = self._loops.pop(loop)
+            if engines.engine is not self.engine or self._owned:
+                engines.engine.sync_engine.dispose(close=False)
 
     async def _once(self, engine: AsyncEngine, work: Work[T], *, write: bool) -> T:
         quiet = _OURS.set(True) if self._quiet else None
@@ -302,11 +312,14 @@ class AsyncExecutor(Executor):
 
     async def close(self) -> None:
         await self.close_loop()
+        self._forget_closed_loops()
+        # Loops still running elsewhere close their own connections; only ours are closed.
+        elsewhere = any(engines.engine is self.engine for engines in self._loops.values())
         for engines in self._loops.values():
             if engines.engine is not self.engine:
                 await engines.engine.dispose(close=False)
         self._loops.clear()
-        if self._owned:
+        if self._owned and not elsewhere:
             await self.engine.dispose()
 
 
