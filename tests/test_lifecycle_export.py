@@ -155,7 +155,7 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
     "repeated key, other content": (
         lambda ls: [
             *ls[: first(ls, "message") + 1],
-            mutate(ls, first(ls, "message"), lambda d: d.update(entry_json='{"x": 1}'))[
+            mutate(ls, first(ls, "message"), lambda d: d.update(request_id="another"))[
                 first(ls, "message")
             ],
             *ls[first(ls, "message") + 1 :],
@@ -173,6 +173,26 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
     "repeated session": (
         lambda ls: [*ls[:-1], ls[first(ls, "session")], ls[-1]],
         "this session repeats the key of line 2",
+    ),
+    "not an entry": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(entry_json='{"changed": true}')),
+        "message.entry_json is not what the stores write",
+    ),
+    "metadata not an object": (
+        lambda ls: mutate(ls, 3, lambda d: d.update(metadata_json="[1]")),
+        "message.metadata_json is not what the stores write",
+    ),
+    "negative sequence counter": (
+        lambda ls: mutate(ls, 1, lambda d: d.update(last_sequence=-5)),
+        "session.last_sequence -5 is below 0",
+    ),
+    "status not the head's": (
+        lambda ls: mutate(ls, first(ls, "run"), lambda d: d.update(status="exploded")),
+        "'exploded' is not its head's",
+    ),
+    "damaged head": (
+        lambda ls: mutate(ls, first(ls, "run"), lambda d: d.update(head_json='{"turns": 1}')),
+        "run.head_json is not what the stores write",
     ),
     "too long": (
         lambda ls: mutate(ls, 3, lambda d: d.update(entry_type="x" * 33)),
@@ -251,7 +271,8 @@ async def test_a_conflicting_record_is_refused_naming_its_line_before_any_write(
     await import_file(target, path)
     lines = path.read_text().splitlines()
     index = max(i for i, line in enumerate(lines) if json.loads(line)["record"] == "message")
-    changed = mutate(lines, index, lambda d: d.update(entry_json='{"changed": true}'))
+    other = json.loads(lines[first(lines, "message")])["entry_json"]  # a valid entry
+    changed = mutate(lines, index, lambda d: d.update(entry_json=other))
     # A new session before it in the file must not be written either.
     extra = [json.loads(lines[1])]
     extra[0].update(session_id="brand-new")

@@ -16,7 +16,7 @@ string), timestamps as ISO 8601 in UTC with microseconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -25,9 +25,14 @@ from typing import Any
 import orjson
 from sqlalchemy import BigInteger, Column, Integer, String, Table
 
+from .._json import load_object
 from .._version import __version__
+from ..checkpoints.contract import RunHead
 from ..db import tables
-from ..errors import ConflictError, UserError
+from ..entries import ToolResultEntry
+from ..entry_documents import entries_from_json_rows
+from ..errors import ConflictError, StoredValueError, UserError
+from ..sessions.raw_log.models import CompactedMessage
 
 __all__ = [
     "FORMAT",
@@ -238,7 +243,80 @@ def record_from(document: dict[str, Any], line: int) -> Record:
     for rule in rules.values():
         if rule.required and rule.name not in row:
             raise ExportFormatError(f"a {name} needs {rule.name!r}", line=line)
+    _check_as_stored(name, row, line)
     return Record(name, row, line)
+
+
+def _check_as_stored(kind: str, row: dict[str, Any], line: int) -> None:
+    """What only the stores could have written: counters and positions in their range,
+    and each document one the stores read back (an entry, a head, a JSON object), so
+    an imported row never fails a later read (one damaged head would fail every
+    ``list_runs``)."""
+    for column, least in _LEAST.get(kind, {}).items():
+        value = row.get(column)
+        if value is not None and value < least:
+            raise ExportFormatError(f"{kind}.{column} {value} is below {least}", line=line)
+    for column, read in _DOCUMENTS.get(kind, {}).items():
+        value = row.get(column)
+        if value is None:
+            continue
+        try:
+            read(value, row)
+        except (StoredValueError, ValueError) as exc:
+            raise ExportFormatError(
+                f"{kind}.{column} is not what the stores write: {exc}", line=line
+            ) from None
+
+
+def _entry(text: str, row: dict[str, Any]) -> None:
+    entries_from_json_rows([text])
+
+
+def _object(text: str, row: dict[str, Any]) -> None:
+    load_object(text)
+
+
+def _head(text: str, row: dict[str, Any]) -> None:
+    head = RunHead.model_validate_json(text)
+    if row["status"] != head.status:
+        raise ValueError(f"the run's status {row['status']!r} is not its head's {head.status!r}")
+
+
+def _tool_result(text: str, row: dict[str, Any]) -> None:
+    ToolResultEntry.model_validate_json(text)
+
+
+def _summary(text: str, row: dict[str, Any]) -> None:
+    CompactedMessage.model_validate_json(text)
+
+
+_DOCUMENTS: dict[str, dict[str, Callable[[str, dict[str, Any]], None]]] = {
+    "message": {
+        "entry_json": _entry,
+        "envelope_json": _object,
+        "metadata_json": _object,
+        "tags_json": _object,
+    },
+    "segment": {"meta_json": _object},
+    "snapshot": {"summary_json": _summary},
+    "run": {"head_json": _head},
+    "run_entry": {"entry_json": _entry},
+    "tool_effect": {"result_json": _tool_result},
+}
+_LEAST: dict[str, dict[str, int]] = {
+    "session": {
+        "last_sequence": 0,
+        "message_count": 0,
+        "run_count": 0,
+        "snapshot_version": 0,
+        "forked_at_entry": 0,
+    },
+    "message": {"sequence": 1, "duration_ns": 0},
+    "segment": {"position": 1, "first_sequence": 1, "entry_count": 0},
+    "snapshot": {"version": 1, "compacted_through_sequence": 1},
+    "run": {"entry_count": 0},
+    "run_entry": {"position": 1},
+}
 
 
 def _decode_value(kind: str, rule: _ColumnRule, value: Any, line: int) -> Any:
