@@ -278,6 +278,27 @@ def test_console_script_exit_codes(legacy: Path, tmp_path: Path) -> None:
     assert result.returncode == 2 and "No such command 'bogus'" in result.stderr
 
 
+_INTERRUPT_WHILE_LOADING = """
+import sys
+class Interrupt:  # Ctrl-C arriving while SQLAlchemy and the commands load
+    def find_spec(self, name, path=None, target=None):
+        if name == "lovia_store.cli.app":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+from lovia_store._console import main
+raise SystemExit(main())
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_it_quietly(tmp_path: Path) -> None:
+    """The console script's entry loads the command line itself: an interrupt during
+    the imports is the interrupted exit (130), one line, no traceback."""
+    result = run([sys.executable, "-c", _INTERRUPT_WHILE_LOADING, "check"], cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (130, "lovia-store: interrupted\n")
+    script = (BIN / "lovia-store").read_text()
+    assert "from lovia_store._console import main" in script  # what pyproject installs
+
+
 # -- the alembic command line ------------------------------------------------------------------
 
 
