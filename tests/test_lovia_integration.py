@@ -271,3 +271,120 @@ def test_importing_without_lovia_names_the_extra() -> None:
 
 def _opts(cp: Any, run_id: str, **options: Any) -> CheckpointOptions:
     return CheckpointOptions(cp, run_id, **options)
+
+
+# -- lovia-store's native stores handed to lovia's Runner ---------------------------
+
+
+def _native_session(kind: str, path: Path) -> Any:
+    return (
+        lovia_store.SQLiteSession(path)
+        if kind == "SQLiteSession"
+        else lovia_store.InMemorySession()
+    )
+
+
+def _native_checkpointer(kind: str, path: Path) -> Any:
+    if kind == "SQLiteCheckpointer":
+        return lovia_store.SQLiteCheckpointer(path)
+    return lovia_store.InMemoryCheckpointer()
+
+
+def _counted_tool(ran: list[str]) -> Any:
+    @tool
+    def weather(city: str) -> str:
+        """Current weather for a city."""
+        ran.append(city)
+        return f"rain in {city}"
+
+    return weather
+
+
+@pytest.mark.parametrize("kind", ["SQLiteSession", "InMemorySession"])
+async def test_lovias_runner_refuses_a_native_session_before_the_model_is_called(
+    tmp_path: Path, kind: str
+) -> None:
+    """README's first import handed to lovia's Runner: refused before any work, naming the
+    drop-in (it used to run the whole turn, then fail at the session append)."""
+    ran: list[str] = []
+    bot = agent(call("weather", {"city": "Oslo"}), text("Rain."), tools=[_counted_tool(ran)])
+    native = _native_session(kind, tmp_path / "chat.db")
+    with pytest.raises(lovia_store.ForeignRunnerError) as caught:
+        await Runner.run(bot, "Weather in Oslo?", session=native, session_id="u1")
+    assert bot.model.calls == [] and ran == []  # the model was never called, no tool ran
+    message = str(caught.value)
+    assert f"lovia_store.{kind}" in message and "lovia_store.integrations.lovia" in message
+    assert isinstance(caught.value, lovia_store.UserError)
+    assert await native.segments("u1") == []  # outside a lovia run it reads as always
+    await native.close()
+
+
+async def test_after_the_refusal_the_same_file_runs_through_the_drop_in(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    async with lovia_store.SQLiteSession(path) as native:
+        with pytest.raises(lovia_store.ForeignRunnerError):
+            await Runner.run(agent(text("never")), "hi", session=native, session_id="u1")
+    async with SQLiteSession(path) as session:
+        done = await Runner.run(agent(text("Hello.")), "hi", session=session, session_id="u1")
+    assert done.output == "Hello."
+    async with lovia_store.SQLiteSession(path) as native:
+        assert [type(e).__name__ for e in await native.load("u1")] == [
+            "InputEntry",
+            "AssistantTextEntry",
+        ]
+
+
+@pytest.mark.parametrize("policy", ["resume", "restart"])
+@pytest.mark.parametrize("kind", ["SQLiteCheckpointer", "InMemoryCheckpointer"])
+async def test_lovias_runner_refuses_a_native_checkpointer_before_the_model_is_called(
+    tmp_path: Path, kind: str, policy: str
+) -> None:
+    """lovia loads (or, to restart, deletes) the run first and writes it only after the
+    first model turn: the native checkpointer refuses at that first call."""
+    ran: list[str] = []
+    bot = agent(call("weather", {"city": "Oslo"}), text("Rain."), tools=[_counted_tool(ran)])
+    cp = _native_checkpointer(kind, tmp_path / "runs.db")
+    options = _opts(cp, "r1", if_run_exists=policy)
+    with pytest.raises(lovia_store.ForeignRunnerError) as caught:
+        await Runner.run(bot, "Weather in Oslo?", checkpoint=options)
+    assert bot.model.calls == [] and ran == []
+    message = str(caught.value)
+    assert f"lovia_store.{kind}" in message and "lovia_store.integrations.lovia" in message
+    assert await cp.load("r1") is None
+    await cp.close()
+
+
+async def test_native_stores_beside_lovias_runner_keep_working(tmp_path: Path) -> None:
+    """Only a store lovia's Runner drives is refused: the drop-in's checkpointer (which
+    deletes through the native one) restarts a run, lovia-store's own Runner runs
+    inside a lovia tool on native stores, and native stores read as always after a run."""
+    path = tmp_path / "chat.db"
+    native_session = lovia_store.SQLiteSession(path)
+    native_cp = lovia_store.SQLiteCheckpointer(path)
+    inner = lovia_store.Agent(
+        "inner", lovia_store.ScriptedModel([[lovia_store.AssistantTextEntry(content="inner")]])
+    )
+
+    @tool
+    async def nested() -> str:
+        """Runs lovia-store's own Runner on native stores."""
+        done = await lovia_store.Runner.run(
+            inner,
+            "go",
+            session=native_session,
+            session_id="native",
+            checkpoint=lovia_store.CheckpointOptions(native_cp, "inner-run"),
+        )
+        return str(done.final_output)
+
+    async with SQLiteSession(path) as session, SQLiteCheckpointer(path) as cp:
+        await Runner.run(agent(text("first")), "go", checkpoint=_opts(cp, "outer"))
+        outer = agent(call("nested", {}), text("Done."), tools=[nested])
+        options = _opts(cp, "outer", if_run_exists="restart")
+        done = await Runner.run(outer, "go", session=session, session_id="u1", checkpoint=options)
+    assert done.output == "Done."
+    assert [s.run_id for s in await native_session.segments("native")] == ["inner-run"]
+    snapshot = await native_cp.load("inner-run")
+    assert snapshot is not None and snapshot.status == "completed"
+    await native_session.close()
+    await native_cp.close()

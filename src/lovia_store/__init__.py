@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     ConflictError,
     ConversionWarning,
+    ForeignRunnerError,
     JoinedLineageError,
     LegacyBackupError,
     LegacyTableError,
@@ -163,6 +164,7 @@ __all__ = [
     "EffectLog",
     "EffectMode",
     "FilePart",
+    "ForeignRunnerError",
     "ForkOrigin",
     "ImagePart",
     "InMemoryCheckpointer",

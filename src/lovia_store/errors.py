@@ -6,6 +6,7 @@ from datetime import datetime
 
 __all__ = [
     "ConflictError",
+    "ForeignRunnerError",
     "JoinedLineageError",
     "LegacyBackupError",
     "LegacyTableError",
@@ -38,6 +39,28 @@ class ConversionWarning(UserWarning):
 
 class UserError(LoviaStoreError, ValueError):
     """The call itself is wrong (bad argument, forbidden policy, missing run)."""
+
+
+class ForeignRunnerError(UserError, TypeError):
+    """lovia's own ``Runner`` was handed a native store; refused at its first call, before
+    the model or any tool ran.
+
+    lovia's Runner reads and writes lovia's entry objects, and a native store holds
+    lovia-store's: it used to run the whole turn and fail only at the final append. The
+    drop-ins in ``lovia_store.integrations.lovia`` speak lovia's types on the same rows.
+    """
+
+    def __init__(self, store: str, drop_in: str, agent: object) -> None:
+        self.store = store
+        self.drop_in = drop_in
+        self.agent = agent
+        super().__init__(
+            f"{store} was called inside a run of lovia's own Runner (agent {agent!r}), "
+            f"which reads and writes lovia's entry objects; {store} holds lovia-store's. "
+            "It is refused at lovia's first call, before the model is called or any tool "
+            f"runs. Use {drop_in}, the drop-in that speaks lovia's types on the same rows "
+            "(in a lovia run's tools and hooks too)"
+        )
 
 
 class UnknownEntryTypeError(LoviaStoreError, ValueError):

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import uuid4
 
+from .._lovia_guard import refuse_lovias_runner
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
 from ..errors import RunInProgressError, RunOwnershipLost, UserError
 from ..validation import check_effect_ids, check_id
@@ -85,6 +86,7 @@ class InMemoryCheckpointer:
                 self._sessions[run_id] = session_id
 
     async def load(self, run_id: str) -> RunSnapshot | None:
+        refuse_lovias_runner(self)  # lovia's Runner calls this (or delete) first
         check_id(run_id, "run_id")
         async with self._lock:
             found = self._runs.get(run_id)
@@ -94,6 +96,7 @@ class InMemoryCheckpointer:
         return RunSnapshot.from_parts(run_id, entries, RunHead.model_validate_json(head_json))
 
     async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
+        refuse_lovias_runner(self)
         check_id(run_id, "run_id")
         async with self._lock:
             self._fence(lease, run_id)

@@ -15,6 +15,7 @@ from uuid import uuid4
 
 from sqlalchemy import BigInteger, Connection, bindparam, delete, select
 
+from .._lovia_guard import refuse_lovias_runner
 from ..db.dialect import insert_ignore, prepare_insert_ignore
 from ..db.store import SQLStore, StoreTarget
 from ..db.tables import run_entries, run_heads, tool_effects
@@ -132,6 +133,7 @@ class SQLCheckpointer(SQLStore):
         await self.database.write(work, resolve=settle)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
+        refuse_lovias_runner(self)  # lovia's Runner calls this (or delete) first
         stored = await self.load_documents(run_id)
         if stored is None:
             return None
@@ -154,6 +156,7 @@ class SQLCheckpointer(SQLStore):
         return await self.database.read(work)
 
     async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
+        refuse_lovias_runner(self)
         check_id(run_id, "run_id")
         lease = lease_for(lease, run_id)
 

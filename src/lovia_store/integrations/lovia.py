@@ -29,6 +29,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Self, TypeVar
 
 from .._json import check_text, dump_object
+from .._lovia_guard import own_calls
 from ..checkpoints import sql as sql_checkpoints
 from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
 from ..db.store import SQLStore, StoreTarget
@@ -175,12 +176,12 @@ class SQLSession(_Adapter[sql_sessions.SQLSession]):
     ) -> int:
         """lovia's rewind; with ``checkpointer``, the checkpoints of the runs it cut go too."""
         native = checkpointer._native if isinstance(checkpointer, SQLCheckpointer) else checkpointer
-        return await self._native.rewind(
-            session_id,
-            keep_entries=keep_entries,
-            checkpointer=native,  # type: ignore[arg-type]
-        )
-
+        with own_calls():  # the native checkpointer's delete, on lovia's behalf
+            return await self._native.rewind(
+                session_id,
+                keep_entries=keep_entries,
+                checkpointer=native,  # type: ignore[arg-type]
+            )
 
     async def fork(self, session_id: str, new_session_id: str, *, keep_entries: int) -> int:
         """lovia-store's fork (the non-destructive rewind): the first ``keep_entries``
@@ -295,7 +296,8 @@ class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
     async def delete(self, run_id: str) -> None:
         check_id(run_id, "run_id")
         held = self._held.get(run_id)
-        await self._native.delete(run_id, lease=held.lease if held is not None else None)
+        with own_calls():  # lovia's Runner drives this adapter, which speaks its types
+            await self._native.delete(run_id, lease=held.lease if held is not None else None)
         await self._let_go(run_id)
         self._fresh.add(run_id)
 

@@ -25,6 +25,7 @@ from uuid import uuid4
 
 from pydantic import JsonValue
 
+from .._lovia_guard import own_calls
 from ..checkpoints.contract import Checkpointer, EffectLog, RunHead, RunSnapshot, ToolEffect
 from ..checkpoints.leases import HeldLease
 from ..entries import (
@@ -74,7 +75,9 @@ class Runner:
         max_turns: int = 20,
     ) -> RunResult:
         """Run ``agent`` on ``input`` (ignored when an existing run resumes or replays)."""
-        return await _Run(agent, session, session_id, checkpoint, deps, max_turns).execute(input)
+        run = _Run(agent, session, session_id, checkpoint, deps, max_turns)
+        with own_calls():  # its stores are its own, even inside a lovia tool
+            return await run.execute(input)
 
     @staticmethod
     async def abandon(
@@ -90,7 +93,8 @@ class Runner:
         caller who decides to give one up (see ``resume.abandon``). Returns the
         entries recorded, or None when no such run is stored.
         """
-        return await abandon(checkpointer, run_id, session=session, session_id=session_id)
+        with own_calls():
+            return await abandon(checkpointer, run_id, session=session, session_id=session_id)
 
 
 def _input_entries(value: str | Sequence[TranscriptEntry]) -> list[TranscriptEntry]:

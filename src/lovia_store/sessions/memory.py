@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._json import dump_object, load_object
+from .._lovia_guard import refuse_lovias_runner
 from ..checkpoints.contract import Checkpointer
 from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
 from ..errors import UserError
@@ -34,12 +35,16 @@ class InMemorySession:
         self._lock = asyncio.Lock()
 
     async def segments(self, session_id: str) -> list[Segment]:
+        refuse_lovias_runner(self)  # lovia's Runner calls this first: fail before its model
+        return await self._copies(session_id)
+
+    async def load(self, session_id: str) -> list[TranscriptEntry]:
+        return [entry for segment in await self._copies(session_id) for entry in segment.entries]
+
+    async def _copies(self, session_id: str) -> list[Segment]:
         check_id(session_id, "session_id")
         async with self._lock:
             return [_copy(segment) for segment in self._segments.get(session_id, [])]
-
-    async def load(self, session_id: str) -> list[TranscriptEntry]:
-        return [entry for segment in await self.segments(session_id) for entry in segment.entries]
 
     async def append(
         self,

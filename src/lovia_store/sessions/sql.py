@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
+from .._lovia_guard import refuse_lovias_runner
 from ..checkpoints.contract import Checkpointer
 from ..checkpoints.sql import delete_runs
 from ..db.dialect import capabilities
@@ -104,6 +105,7 @@ class SQLSession(SQLStore):
             after = rows[-1].sequence
 
     async def segments(self, session_id: str) -> list[Segment]:
+        refuse_lovias_runner(self)  # lovia's Runner calls this first: fail before its model
         where = session_rows(session_id)
         parts = await self.segment_parts(
             session_id, lambda rows: entries_from_json_rows(rows, where)
@@ -229,7 +231,6 @@ class SQLSession(SQLStore):
             for run_id in touched:
                 await checkpointer.delete(run_id)
         return removed
-
 
     async def fork(self, session_id: str, new_session_id: str, *, keep_entries: int) -> int:
         """Copy the first ``keep_entries`` entries of ``load()`` into a new session.
