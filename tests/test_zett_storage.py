@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import warnings
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from zett_agent.model import ModelUsage
 from helpers import call, result, say, user
 from lovia_store import (
     Database,
+    DefaultPathWarning,
     SnapshotConflictError,
     SQLiteSession,
     StoredValueError,
@@ -43,8 +45,12 @@ from lovia_store import (
 from lovia_store import (
     SQLiteSessionStorage as CoreStorage,
 )
-from lovia_store.integrations.zett import SQLiteSessionStorage, SQLSessionStorage
-from zett_support import KINDS, open_ours, open_zett, our_target, record_view
+from lovia_store.integrations.zett import (
+    SQLiteSessionExtension,
+    SQLiteSessionStorage,
+    SQLSessionStorage,
+)
+from zett_support import KINDS, ZettSQLiteStorage, open_ours, open_zett, our_target, record_view
 
 T0 = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 
@@ -429,6 +435,73 @@ async def test_the_default_file_is_ours_not_zetts(
         assert storage.path == tmp_path / ".lovia-store" / "sessions.sqlite3"
         await storage.append("s", "r", UserMessage(content="x"))
     assert not (tmp_path / ".zett-agent").exists()
+
+
+async def _zett_writes_its_default_file(home: Path) -> Path:
+    """zett-agent's own storage, opened with no path as a zett user opens it."""
+    theirs = ZettSQLiteStorage()
+    await theirs.append("chat-1", "r", UserMessage(content="from zett"))
+    await theirs.close()
+    path = home / ".zett-agent" / "sessions.sqlite3"
+    assert path.is_file()
+    return path
+
+
+def _opened_without_a_path(kind: str) -> Any:
+    if kind == "SQLiteSessionExtension":
+        return SQLiteSessionExtension()
+    return SQLiteSessionStorage() if kind == "SQLiteSessionStorage" else SQLSessionStorage()
+
+
+@pytest.mark.parametrize(
+    "kind", ["SQLiteSessionStorage", "SQLSessionStorage", "SQLiteSessionExtension"]
+)
+async def test_no_path_beside_zetts_default_file_warns_naming_both_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A zett user switching with no path would see an empty history: the warning says
+    where zett's is and how to open it, and zett's file is left as it was."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    zetts = await _zett_writes_its_default_file(tmp_path)
+    ours = tmp_path / ".lovia-store" / "sessions.sqlite3"
+    with pytest.warns(DefaultPathWarning) as caught:
+        opened = _opened_without_a_path(kind)
+    (warning,) = caught
+    message = str(warning.message)
+    assert str(zetts) in message and str(ours) in message and kind in message
+    assert f"{kind}({str(zetts)!r})" in message  # the explicit path, ready to paste
+    assert warning.filename == __file__  # it points at the caller's line
+    await opened.close()
+    theirs = ZettSQLiteStorage(zetts)  # not converted: zett-agent still reads it
+    assert [r.message for r in await theirs.list_raw_messages("chat-1")] == [
+        UserMessage(content="from zett")
+    ]
+    await theirs.close()
+    async with SQLiteSessionStorage(zetts) as named:  # what the warning says to do
+        assert [r.message for r in await named.list_raw_messages("chat-1")] == [
+            UserMessage(content="from zett")
+        ]
+
+
+async def test_no_warning_when_ours_holds_sessions_or_a_path_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DefaultPathWarning)
+        async with SQLiteSessionStorage() as storage:  # no zett file: nothing to say
+            assert await storage.list_sessions() == []
+        await _zett_writes_its_default_file(tmp_path)
+        async with SQLiteSessionStorage(tmp_path / "named.sqlite3"):  # a path: the user chose
+            pass
+    with pytest.warns(DefaultPathWarning):  # ours exists but is empty: still worth saying
+        storage = SQLiteSessionStorage()
+    async with storage:
+        await storage.append("s", "r", UserMessage(content="ours"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DefaultPathWarning)
+        async with SQLiteSessionStorage() as storage:  # ours has a history: it is the one
+            assert await storage.count_messages("s") == 1
 
 
 def test_a_blocking_view_as_zetts_storage_has(tmp_path: Path) -> None:

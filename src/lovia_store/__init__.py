@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     ConflictError,
     ConversionWarning,
+    DefaultPathWarning,
     ForeignRunnerError,
     JoinedLineageError,
     LegacyBackupError,
@@ -161,6 +162,7 @@ __all__ = [
     "ContextSnapshot",
     "ConversionWarning",
     "Database",
+    "DefaultPathWarning",
     "EffectLog",
     "EffectMode",
     "FilePart",

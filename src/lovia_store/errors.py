@@ -37,6 +37,12 @@ class ConversionWarning(UserWarning):
     on first use: one-way (they no longer open it); the message names the copy kept."""
 
 
+class DefaultPathWarning(UserWarning):
+    """A store opened with no path uses lovia-store's default file, which holds no session,
+    while zett-agent's default file exists: the history a switching user expects is
+    there, not here. The message names both files and how to open zett's."""
+
+
 class UserError(LoviaStoreError, ValueError):
     """The call itself is wrong (bad argument, forbidden policy, missing run)."""
 

@@ -10,7 +10,10 @@ the same transactions, the same rows (``lovia_sessions``, ``lovia_messages``,
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +35,7 @@ from zett_agent.sync_runtime import SyncMethodsMixin
 
 from ...db.store import SQLStore, StoreTarget
 from ...entries import Usage
-from ...errors import UserError
+from ...errors import DefaultPathWarning, UserError
 from ...sessions.raw_log import models as core
 from ...sessions.raw_log import session_rows
 from ...sessions.raw_log.appends import PendingMessage
@@ -47,6 +50,58 @@ from .records import records_from_rows, summary_from_row, view_from
 __all__ = ["SQLSessionStorage", "SQLiteSessionStorage", "default_path"]
 
 
+def zett_default_path() -> Path:
+    """``~/.zett-agent/sessions.sqlite3``: where zett-agent's storage lives when given no path."""
+    return Path.home() / ".zett-agent" / "sessions.sqlite3"
+
+
+def default_target(opened: str, *, depth: int) -> Path:
+    """Our default file, for ``opened`` (the class built with no path), warning first when
+    zett's default file exists and ours holds no session.
+
+    A user switching from zett-agent with no path would otherwise see an empty history
+    and no word why. zett's file is never opened instead: the first use converts it in
+    place, which only a caller who names it should cause. ``depth`` is how many frames
+    lie between the caller and the user's line, which the warning points at.
+    """
+    ours, zetts = default_path(), zett_default_path()
+    if _is_nonempty_file(zetts) and not _holds_a_session(ours):
+        warnings.warn(
+            f"{opened}() with no path opens lovia-store's default file {ours}, which holds "
+            f"no session, but zett-agent's default file {zetts} exists: zett-agent's "
+            f"history is there, not here. To use it, pass its path: {opened}({str(zetts)!r}) "
+            "(its first use converts it to lovia-store's schema in place, keeping a copy "
+            f"beside it; zett-agent then no longer opens it). To start afresh, pass {opened}"
+            f"({str(ours)!r}).",
+            DefaultPathWarning,
+            stacklevel=2 + depth,
+        )
+    return ours
+
+
+def _is_nonempty_file(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _holds_a_session(path: Path) -> bool:
+    """Whether our file has a session row; read-only, so nothing is created or migrated.
+    A file that cannot be read counts as holding one: the store itself says what is wrong."""
+    if not _is_nonempty_file(path):
+        return False
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=1)
+        ) as conn:
+            return conn.execute("SELECT 1 FROM lovia_sessions LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError as exc:
+        return "no such table" not in str(exc)
+    except sqlite3.Error:
+        return True
+
+
 class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     """zett-agent's session storage on any database lovia-store runs on.
 
@@ -55,7 +110,8 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     a ``lovia_store.Database`` that other stores share. None is the SQLite file
     ``~/.lovia-store/sessions.sqlite3`` (not zett's ``~/.zett-agent/…``: a
     zett file is converted in place when opened, so it is opened only when
-    named). The schema is brought to the current revision on first use, and a
+    named; ``DefaultPathWarning`` says so when zett's file exists and ours holds
+    no session). The schema is brought to the current revision on first use, and a
     file zett-agent wrote is adopted by that migration.
 
     ``database`` is the ``Database`` underneath; ``path``, ``engine``,
@@ -65,7 +121,9 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     """
 
     def __init__(self, target: StoreTarget | None = None) -> None:
-        super().__init__(default_path() if target is None else target)
+        if target is None:
+            target = default_target(type(self).__name__, depth=1)
+        super().__init__(target)
         self.dialect = self.database.dialect
         self.url = self.database.url
         self.path: Path | None = self.database.sqlite_path
@@ -263,13 +321,16 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
 
 
 class SQLiteSessionStorage(SQLSessionStorage):
-    """The storage on one SQLite file (None: ``~/.lovia-store/sessions.sqlite3``).
+    """The storage on one SQLite file (None: ``~/.lovia-store/sessions.sqlite3``, with a
+    ``DefaultPathWarning`` when zett's default file exists and ours holds no session).
 
     Parent folders are created at construction, as zett's storage does.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        file = Path(default_path() if path is None else path).expanduser()
+        if path is None:
+            path = default_target(type(self).__name__, depth=1)
+        file = Path(path).expanduser()
         try:  # zett's documented behaviour; the core store creates only the file's own folder
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
