@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, text
 
 from lifecycle_support import DONE, populate
-from lovia_store import Database, InputEntry, SQLSession, SQLSessionStorage
+from lovia_store import Database, InputEntry, SQLSession, SQLSessionStorage, UserError, upgrade
 from lovia_store.cli.app import main
+from lovia_store.lifecycle import counter_mismatches
 
 Capsys = pytest.CaptureFixture[str]
 
@@ -109,12 +112,13 @@ async def test_check_names_every_counter_that_disagrees_with_its_rows(
         f"run '{DONE}': entry_count says {entries}, lovia_run_entries holds 2 rows",
     ):
         assert said in err, said
-    assert "run it again" in err  # what to do about it
+    assert "running it again" in err  # what to do about it
 
     code, out, _ = await cli(capsys, "check", "--json", url)
     assert code == 5
     document = json.loads(out)
     assert (document["status"], document["error"]) == ("failed", "CounterMismatchError")
+    assert all(m.pop("detail") in err for m in document["mismatches"])
     assert document["mismatches"] == [
         {
             "table": "lovia_sessions",
@@ -149,7 +153,7 @@ async def test_check_names_every_counter_that_disagrees_with_its_rows(
 
 
 async def test_check_of_the_symptom_in_issue_34_and_of_a_schema_that_needs_an_upgrade(
-    tmp_path: Any, capsys: Capsys
+    tmp_path: Path, capsys: Capsys
 ) -> None:
     """The report's case: ``show`` prints the run cut short, ``check`` says why. The
     schema is checked first: a database that needs an upgrade is exit 1, as before."""
@@ -161,5 +165,41 @@ async def test_check_of_the_symptom_in_issue_34_and_of_a_schema_that_needs_an_up
     code, _, err = await cli(capsys, "check", path)
     assert code == 5
     assert "session 'lovia-0': message_count says 20, lovia_messages holds 17 rows" in err
-    await execute(path, "UPDATE lovia_schema SET version = 1 WHERE store = 'session'")
+    await execute(path, "UPDATE lovia_alembic_version SET version_num = '0001'")
     assert (await cli(capsys, "check", path))[0] == 1
+
+
+@pytest.mark.parametrize("fixture", ["lovia-0.9.119.sqlite3", "zett-0.2.1.sqlite3"])
+async def test_converted_lovia_and_zett_agent_files_pass(
+    fixture: str, legacy_copy: Callable[[str], Path], capsys: Capsys
+) -> None:
+    """The counters a conversion computes agree with the rows it wrote."""
+    path = legacy_copy(fixture)
+    await upgrade(path, legacy_backup=False)
+    assert await cli(capsys, "check", str(path)) == (0, "schema is current\n", "")
+
+
+async def test_the_message_names_ten_and_counts_the_rest_and_the_call_reads_at_most_limit(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    path = str(tmp_path / "store.sqlite3")
+    async with SQLSession(path) as session:
+        for n in range(12):
+            await session.append(f"s-{n:02d}", [InputEntry(role="user", content="hi")])
+    await execute(path, "UPDATE lovia_sessions SET message_count = 2")
+    code, out, err = await cli(capsys, "check", path)
+    assert code == 5 and out == ""
+    assert err.startswith("lovia-store: 12 counters disagree with their rows: session 's-00'")
+    assert "session 's-09': message_count says 2, lovia_messages holds 1 row; and 2 more." in err
+    assert "'s-10'" not in err
+    code, out, _ = await cli(capsys, "check", "--json", path)
+    assert [m["id"] for m in json.loads(out)["mismatches"]] == [f"s-{n:02d}" for n in range(12)]
+    found = await counter_mismatches(path, limit=3)
+    assert [(m.id, m.says, m.holds) for m in found] == [(f"s-{n:02d}", 2, 1) for n in range(3)]
+    for wrong in (0, -1, True, "3", 100_001):
+        with pytest.raises(UserError, match="limit"):
+            await counter_mismatches(path, limit=wrong)  # type: ignore[arg-type]
+    await execute(path, "UPDATE lovia_sessions SET message_count = 1 WHERE session_id <> 's-05'")
+    code, _, err = await cli(capsys, "check", path)
+    assert code == 5
+    assert err.startswith("lovia-store: 1 counter disagrees with its rows: session 's-05'")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     ConflictError,
     ConversionWarning,
+    CounterMismatchError,
     DefaultPathWarning,
     ForeignRunnerError,
     JoinedLineageError,
@@ -161,6 +162,7 @@ __all__ = [
     "ContentPart",
     "ContextSnapshot",
     "ConversionWarning",
+    "CounterMismatchError",
     "Database",
     "DefaultPathWarning",
     "EffectLog",

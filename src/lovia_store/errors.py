@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 __all__ = [
     "ConflictError",
+    "CounterMismatchError",
     "ForeignRunnerError",
     "JoinedLineageError",
     "LegacyBackupError",
@@ -205,6 +208,35 @@ class StoredValueError(LoviaStoreError, ValueError):
         self.row = row
         key = ", ".join(f"{name}={value!r}" for name, value in row.items())
         super().__init__(f"{message} ({table} row {key}, column {column})")
+
+
+class CounterMismatchError(LoviaStoreError):
+    """Stored counters disagree with the rows they count (``lovia-store check`` found
+    them): rows deleted or written by other means, or a copy or an import by an older
+    lovia-store that was stopped between a session and its rows.
+
+    ``mismatches`` lists them (``lovia_store.lifecycle.CounterMismatch``: the row, the
+    counter, what it says and what the rows hold); the message names the first ten.
+    """
+
+    SHOWN = 10
+
+    def __init__(self, *, database: str, mismatches: Sequence[Any]) -> None:
+        self.database = database
+        self.mismatches = list(mismatches)
+        count = len(self.mismatches)
+        named = "; ".join(str(m) for m in self.mismatches[: self.SHOWN])
+        more = f"; and {count - self.SHOWN} more" if count > self.SHOWN else ""
+        counters = (
+            "1 counter disagrees with its rows"
+            if count == 1
+            else f"{count} counters disagree with their rows"
+        )
+        super().__init__(
+            f"{counters}: {named}{more}. A copy or an import that was "
+            "stopped is finished by running it again; other damage needs the rows restored "
+            "from a backup"
+        )
 
 
 class ConflictError(LoviaStoreError):

@@ -17,6 +17,7 @@ import click
 
 from .._version import __version__
 from ..errors import (
+    CounterMismatchError,
     LoviaStoreError,
     MissingDriverError,
     SchemaNotCurrentError,
@@ -70,6 +71,8 @@ def _error_document(error: LoviaStoreError, code: int) -> dict[str, object]:
     for name in ("database", "store", "found", "expected", "known", "retry_safe"):
         if hasattr(error, name):
             document[name] = getattr(error, name)
+    if isinstance(error, CounterMismatchError):
+        document["mismatches"] = [m.model_dump(mode="json") for m in error.mismatches]
     return document
 
 
@@ -81,7 +84,8 @@ def _error_document(error: LoviaStoreError, code: int) -> dict[str, object]:
     "  2  usage: a wrong option, argument or URL\n"
     "  3  the database cannot be reached, or is not a database\n"
     "  4  a newer lovia-store wrote the database: upgrade lovia-store\n"
-    "  5  any other failure (the message says which)\n"
+    "  5  any other failure (the message says which; for `check`, counters that\n"
+    "     disagree with their rows)\n"
     "\nDocumented in docs/cli.md.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )

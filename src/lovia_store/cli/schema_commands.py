@@ -9,7 +9,8 @@ import click
 
 from ..db.database import Database
 from ..db.schema import head_revision
-from ..errors import ConversionWarning
+from ..errors import ConversionWarning, CounterMismatchError
+from ..lifecycle.counters import counter_mismatches
 from ..upgrade import UpgradeReport, check, upgrade
 from .options import URL_HELP, default_url, json_option, schema_option, shown, url_argument
 from .output import Output, printable
@@ -102,7 +103,9 @@ def upgrade_command(
 
 
 @click.command(
-    "check", short_help="Exit 0 if a database is current; never writes.", epilog=URL_HELP
+    "check",
+    short_help="Exit 0 if a database is current and its counters true; never writes.",
+    epilog=URL_HELP,
 )
 @url_argument
 @schema_option
@@ -112,13 +115,17 @@ def check_command(output: Output, url: str | None, schema: str | None, as_json: 
     """Exit 0 if the database at URL is at the current schema, else say why; never writes.
 
     For a readiness probe: 1 means it needs `lovia-store upgrade`, 3 that it cannot
-    be reached (or is not a database), 4 that a newer lovia-store wrote it.
+    be reached (or is not a database), 4 that a newer lovia-store wrote it, 5 that
+    a session's or run's stored counters disagree with its rows (each is named).
     """
     output.json_mode = as_json
 
     async def verify() -> str:
         async with Database(url or default_url(), verify_only=True, schema=schema) as db:
             await check(db)
+            mismatches = await counter_mismatches(db)
+            if mismatches:
+                raise CounterMismatchError(database=db.url, mismatches=mismatches)
             return db.url
 
     database = asyncio.run(verify())

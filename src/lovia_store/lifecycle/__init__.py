@@ -1,5 +1,5 @@
 """The data's whole life: copy a deployment between databases, export and import,
-retention, statistics. Each operation is a library call first; the command line
+retention, statistics, the counters' check. Each operation is a library call first; the command line
 (``lovia-store copy|export|import|prune|stats``) is a thin layer over it.
 
 Export, import and copy share one core: a database's content as a stream of
@@ -8,6 +8,7 @@ stream, in pages) and an idempotent loader of such a stream (``loading``).
 """
 
 from .copying import CopyReport, SessionCheck, copy_database
+from .counters import CounterMismatch, counter_mismatches
 from .export import ExportReport, export
 from .importing import ImportReport, import_file, read_file
 from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
@@ -18,6 +19,7 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "CopyReport",
+    "CounterMismatch",
     "DestinationConflictError",
     "ExportFormatError",
     "ExportReport",
@@ -27,6 +29,7 @@ __all__ = [
     "Summary",
     "Tally",
     "copy_database",
+    "counter_mismatches",
     "export",
     "import_file",
     "prune",

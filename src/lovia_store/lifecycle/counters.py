@@ -1,0 +1,225 @@
+"""``counter_mismatches``: the session and run rows whose counters disagree with their rows.
+
+A session row carries the counters that make appends O(1) (``lovia_store.models``):
+``message_count`` is the number of its Raw Log rows, ``last_sequence`` the highest
+sequence ever reserved (a rewind leaves it, so it may be above the highest stored),
+``run_count`` the highest segment position ever given (likewise), and
+``snapshot_version`` the newest snapshot's version. A run head's ``entry_count`` is
+the number of its entries, numbered 1..n. Every store keeps them so in the
+transaction that writes the rows; a row written by other means (rows deleted by
+hand, or a load by an older lovia-store that was stopped between a session and its
+children) can break them, and then reads go wrong: a transcript cut short, an
+append refused on a sequence already stored.
+
+One statement per table of children finds them, whatever the size: the parents
+joined to that table and grouped, so each is one pass over the table, never a
+statement per session. Each statement reads one consistent state while writers go
+on (a counter and the rows it counts are written in one transaction), and returns
+only the parents that disagree.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import BindParameter, Connection, and_, bindparam, func, or_, select
+
+from ..db.tables import messages, run_entries, run_heads, session_runs, sessions, snapshots
+from ..errors import UserError
+from ..validation import check_count
+from .targets import Target, opened
+
+__all__ = ["CounterMismatch", "counter_mismatches"]
+
+_MAX_LIMIT = 100_000
+
+
+class CounterMismatch(BaseModel):
+    """One counter that disagrees with the rows it counts.
+
+    ``table`` and ``id`` name the row that holds the counter (a session in
+    ``lovia_sessions``, a run in ``lovia_run_heads``), ``counter`` the column,
+    ``says`` its value and ``holds`` what the rows hold in its terms (a number of
+    rows, or the highest sequence, position or version stored: 0 for none).
+    ``detail`` says it in words.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    table: str
+    id: str
+    counter: str
+    says: int
+    holds: int
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+m, r, p, s = messages.c, session_runs.c, snapshots.c, sessions.c
+h, e = run_heads.c, run_entries.c
+
+# Each statement joins the parent rows to one table of children by the children's key
+# prefix and groups by the parent's key: one pass over that table, whatever the
+# number of parents, and a plan every backend runs as an index walk (the parent's
+# own columns are aggregated too, which every backend groups without a sort).
+# The messages are joined to their segment by its key, so at most one matches and
+# the count is unchanged: a row naming a run (a finished run's entry) whose segment
+# is missing is counted in ``unsegmented``.
+_MESSAGES = (
+    select(
+        s.session_id,
+        func.max(s.message_count),
+        func.max(s.last_sequence),
+        func.count(m.sequence),
+        func.max(m.sequence),
+        func.count(m.run_id) - func.count(r.run_id),
+    )
+    .select_from(
+        sessions.outerjoin(messages, m.session_id == s.session_id).outerjoin(
+            session_runs, and_(r.session_id == m.session_id, r.run_id == m.run_id)
+        )
+    )
+    .group_by(s.session_id)
+    .having(
+        or_(
+            func.max(s.message_count) != func.count(m.sequence),
+            func.max(m.sequence) > func.max(s.last_sequence),
+            func.count(m.run_id) > func.count(r.run_id),
+        )
+    )
+    .order_by(s.session_id)
+)
+_SEGMENTS = (
+    select(s.session_id, func.max(s.run_count), func.count(r.position), func.max(r.position))
+    .select_from(sessions.outerjoin(session_runs, r.session_id == s.session_id))
+    .group_by(s.session_id)
+    .having(
+        or_(
+            func.count(r.position) > func.max(s.run_count),
+            func.max(r.position) > func.max(s.run_count),
+        )
+    )
+    .order_by(s.session_id)
+)
+_SNAPSHOTS = (
+    select(s.session_id, func.max(s.snapshot_version), func.coalesce(func.max(p.version), 0))
+    .select_from(sessions.outerjoin(snapshots, p.session_id == s.session_id))
+    .group_by(s.session_id)
+    .having(func.max(s.snapshot_version) != func.coalesce(func.max(p.version), 0))
+    .order_by(s.session_id)
+)
+_ENTRIES = (
+    select(
+        h.run_id,
+        func.max(h.entry_count),
+        func.count(e.position),
+        func.coalesce(func.max(e.position), 0),
+    )
+    .select_from(run_heads.outerjoin(run_entries, e.run_id == h.run_id))
+    .group_by(h.run_id)
+    .having(
+        or_(
+            func.max(h.entry_count) != func.count(e.position),
+            func.max(h.entry_count) != func.coalesce(func.max(e.position), 0),
+        )
+    )
+    .order_by(h.run_id)
+)
+_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+_RUN_COUNTS = select(
+    s.session_id,
+    s.run_count,
+    select(func.count()).where(r.session_id == s.session_id).scalar_subquery(),
+).where(s.session_id.in_(_IDS))
+"""The run counts and segment rows of a few sessions (those with rows naming a
+missing run), for the report."""
+_ORDER = ("message_count", "last_sequence", "run_count", "snapshot_version")
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _session(sid: str, counter: str, says: int, holds: int, what: str) -> CounterMismatch:
+    return CounterMismatch(
+        table="lovia_sessions",
+        id=sid,
+        counter=counter,
+        says=int(says),
+        holds=int(holds),
+        detail=f"session {sid!r}: {counter} says {says}, {what}",
+    )
+
+
+def _read(conn: Connection, limit: int) -> list[CounterMismatch]:
+    found: list[CounterMismatch] = []
+    unsegmented: dict[str, int] = {}  # session: its rows naming a missing run
+    for sid, message_count, last_sequence, rows, top, lacking in conn.execute(
+        _MESSAGES.limit(limit)
+    ):
+        if message_count != rows:
+            what = f"lovia_messages holds {_rows(rows)}"
+            found.append(_session(sid, "message_count", message_count, rows, what))
+        if top is not None and top > last_sequence:
+            what = f"lovia_messages holds sequence {top}"
+            found.append(_session(sid, "last_sequence", last_sequence, top, what))
+        if lacking:
+            unsegmented[sid] = int(lacking)
+    for sid, run_count, rows, top in conn.execute(_SEGMENTS.limit(limit)):
+        lacking = unsegmented.pop(sid, 0)
+        if top > run_count:
+            what = f"lovia_session_runs holds position {top}"
+            found.append(_session(sid, "run_count", run_count, top, what))
+        else:
+            found.append(_session(sid, "run_count", run_count, rows, _segments(rows, lacking)))
+    if unsegmented:
+        for sid, run_count, rows in conn.execute(_RUN_COUNTS, {"ids": sorted(unsegmented)}):
+            what = _segments(rows, unsegmented[sid])
+            found.append(_session(sid, "run_count", run_count, rows, what))
+    for sid, version, top in conn.execute(_SNAPSHOTS.limit(limit)):
+        held = f"version {top}" if top else "no version"
+        found.append(
+            _session(sid, "snapshot_version", version, top, f"lovia_snapshots holds {held}")
+        )
+    found.sort(key=lambda f: (f.id, _ORDER.index(f.counter)))
+    for rid, entry_count, rows, top in conn.execute(_ENTRIES.limit(limit)):
+        if rows != entry_count:
+            holds, what = rows, f"lovia_run_entries holds {_rows(rows)}"
+        else:  # as many rows, numbered otherwise than 1..n
+            holds, what = top, f"lovia_run_entries holds position {top}"
+        found.append(
+            CounterMismatch(
+                table="lovia_run_heads",
+                id=rid,
+                counter="entry_count",
+                says=int(entry_count),
+                holds=int(holds),
+                detail=f"run {rid!r}: entry_count says {entry_count}, {what}",
+            )
+        )
+    return found
+
+
+def _segments(rows: int, lacking: int) -> str:
+    what = f"lovia_session_runs holds {_rows(rows)}"
+    if lacking:
+        named = "a message row names" if lacking == 1 else f"{lacking} message rows name"
+        what += f" ({named} a run it lacks)"
+    return what
+
+
+async def counter_mismatches(target: Target, *, limit: int = 1000) -> list[CounterMismatch]:
+    """The counters of ``target`` that disagree with their rows, sessions first (by id),
+    then runs; empty when every counter is true.
+
+    Four statements, one per table of children (messages, segments, snapshots, run
+    entries), each a single pass over that table grouped by its parent: the cost grows
+    with the rows, never a statement per session. Each reads at most ``limit`` parents
+    that disagree. Only reads; the schema must be current (``SchemaNotCurrentError``
+    otherwise, as for every read).
+    """
+    if check_count(limit, "limit", minimum=1) > _MAX_LIMIT:
+        raise UserError(f"limit is at most {_MAX_LIMIT:,}, got {limit}")
+    async with opened(target, verify_only=True) as db:
+        return await db.read(lambda conn: _read(conn, limit))
