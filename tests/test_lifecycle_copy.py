@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Connection, text
 
 from backends import fresh_server_database
 from lifecycle_support import (
@@ -38,7 +39,7 @@ from lovia_store import (
     upgrade,
 )
 from lovia_store.cli.app import main
-from lovia_store.lifecycle import DestinationConflictError, copy_database
+from lovia_store.lifecycle import DestinationConflictError, copy_database, counter_mismatches
 from lovia_store.lifecycle.verify import summarize
 
 HERE = Path(__file__).resolve().parent
@@ -182,25 +183,95 @@ async def populate_many(target: str, sessions: int, runs: int, entries: int) -> 
                 await session.append(f"s-{s:03d}", batch, run_id=f"r-{s}-{r}")
 
 
-@pytest.mark.postgres
-async def test_a_copy_killed_mid_way_is_finished_by_running_it_again(tmp_path: Path) -> None:
+KILLED = [
+    # 30 sessions of 200 messages and 4 segments: killed with some of them copied.
+    pytest.param((30, 4, 50), 4500, (1, 29), id="many-sessions"),
+    # 2 sessions of 2,500 messages, more than a unit holds: killed while the first
+    # one is read, then while the second one is.
+    pytest.param((2, 10, 250), 2100, (0, 0), id="big-session-first"),
+    pytest.param((2, 10, 250), 4600, (1, 1), id="big-session-second"),
+]
+
+
+@pytest.mark.parametrize(
+    "destination_kind",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mysql),
+    ],
+)
+@pytest.mark.parametrize(("shape", "kill_at", "whole_sessions"), KILLED)
+async def test_a_copy_killed_mid_way_is_finished_by_running_it_again(
+    destination_kind: str,
+    shape: tuple[int, int, int],
+    kill_at: int,
+    whole_sessions: tuple[int, int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SIGKILLed mid-way, a copy leaves whole sessions, each with counters that agree
+    with its rows: ``check`` passes and ``show`` prints no run cut short (issue 34: a
+    session row used to carry the source's counters while part of its rows were still
+    to come). A session larger than a unit is written in one transaction of its own,
+    so killed while it is read, nothing of it is there. Running the copy again
+    finishes it."""
+    sessions, runs, entries = shape
+    total = sessions * runs * entries
     src = str(tmp_path / "src.sqlite3")
-    await populate_many(src, sessions=30, runs=4, entries=50)  # 6,000 messages, 3+ units
-    async with fresh_server_database("postgres") as dst:
+    await populate_many(src, sessions=sessions, runs=runs, entries=entries)
+    async with database(destination_kind, tmp_path, "dst") as dst:
         child = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-c", CHILD, src, dst, "4500"],
+            [sys.executable, "-c", CHILD, src, dst, str(kill_at)],
             capture_output=True,
             timeout=120,
         )
         assert child.returncode == -signal.SIGKILL, child.stderr.decode()
         partial = await message_counts(dst)
-        assert 0 < sum(partial.values()) < 6000  # really mid-way
+        fewest, most = whole_sessions
+        assert fewest <= len(partial) <= most, partial
+        assert set(partial.values()) <= {runs * entries}  # every session whole
+        assert await counter_mismatches(dst) == []
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["check", dst]) == 0, capsys.readouterr().err
+        async with SQLSession(dst) as copied:  # every run shown is whole
+            for session_id in partial:
+                for segment in await copied.segments(session_id):
+                    assert len(segment.entries) == entries, (session_id, segment.run_id)
         report = await copy_database(src, dst)
         assert report.ok
-        assert report.inserted["message"] + report.unchanged["message"] == 6000
+        assert report.inserted["message"] + report.unchanged["message"] == total
         assert report.unchanged["message"] == sum(partial.values())
         assert await public_reads(dst) == await public_reads(src)
+        assert await counter_mismatches(dst) == []
+
+
+async def test_a_session_an_older_copy_left_cut_short_is_completed_by_copying_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a copy killed by an earlier lovia-store could leave (the session row with
+    the source's counters, part of its rows): ``check`` exits 5 naming the session and
+    saying to copy again, and copying again completes it."""
+    src, dst = str(tmp_path / "src.sqlite3"), str(tmp_path / "dst.sqlite3")
+    await populate(src, sessions=2, runs=3)
+    assert (await copy_database(src, dst)).ok
+    async with Database(dst) as db:
+
+        def cut(conn: Connection) -> None:
+            for table in ("lovia_session_runs", "lovia_messages"):
+                conn.execute(text(f"DELETE FROM {table} WHERE session_id = 'lovia-1'"))
+
+        await db.write(cut)
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["check", dst]) == 5
+    err = capsys.readouterr().err
+    assert "session 'lovia-1': message_count says 15, lovia_messages holds 0 rows" in err
+    assert "running it again" in err
+    report = await copy_database(src, dst)
+    assert report.ok and report.inserted["message"] == 15 and report.inserted["segment"] == 3
+    assert await counter_mismatches(dst) == []
+    assert await public_reads(dst) == await public_reads(src)
 
 
 # -- the legacy files ---------------------------------------------------------------------
