@@ -25,10 +25,12 @@ from lovia_store.lifecycle import (
     DestinationConflictError,
     ExportFormatError,
     copy_database,
+    counter_mismatches,
     export,
     import_file,
     read_file,
 )
+from lovia_store.lifecycle.loading import UNIT_ROWS
 
 
 @pytest.fixture(scope="module")
@@ -377,8 +379,11 @@ async def test_an_import_killed_mid_way_is_finished_by_importing_again(tmp_path:
     )
     assert child.returncode == -9, child.stderr.decode()
     async with SQLSession(target) as partial:
-        loaded = sum([len(await partial.load(f"s-{s:02d}")) for s in range(12)])
+        loads = [len(await partial.load(f"s-{s:02d}")) for s in range(12)]
+    loaded = sum(loads)
     assert 0 < loaded < 6000  # really mid-way
+    assert set(loads) <= {0, 500}  # whole sessions only, their counters true (issue 34)
+    assert await counter_mismatches(target) == []
     report = await import_file(target, path)
     assert report.unchanged["message"] == loaded
     assert report.inserted["message"] + loaded == 6000
@@ -441,3 +446,31 @@ async def test_a_damaged_row_fails_export_and_copy_typed_leaving_no_partial_file
     captured = capsys.readouterr()
     assert code == 5 and "holds bytes, not text" in captured.err
     assert "Traceback" not in captured.err and "cli.jsonl" not in os.listdir(tmp_path)
+
+
+async def test_a_session_larger_than_a_unit_is_checked_then_written_whole(
+    tmp_path: Path,
+) -> None:
+    """A session with more rows than a unit holds is staged and written in one
+    transaction of its own (after a dry run that looks every row up and writes
+    nothing); a session that follows it, and a second import, are as usual."""
+    from lovia_store import InputEntry
+
+    source, path = str(tmp_path / "source.sqlite3"), tmp_path / "big.jsonl"
+    async with SQLSession(source) as session:
+        big = [InputEntry(role="user", content=f"q{n}") for n in range(UNIT_ROWS + 300)]
+        await session.append("big", big, run_id="r-big")
+        await session.append("big", lovia_entries(1), run_id="r-big-2")
+        await session.append("small", lovia_entries(2), run_id="r-small")
+    await export(source, path)
+    target = str(tmp_path / "target.sqlite3")
+    dry = await import_file(target, path, dry_run=True)
+    assert dry.inserted["message"] == UNIT_ROWS + 310 and dry.inserted["segment"] == 3
+    async with SQLSession(target) as nothing:
+        assert await nothing.load("big") == []
+    report = await import_file(target, path)
+    assert report.inserted == dry.inserted
+    assert await counter_mismatches(target) == []
+    assert await public_reads(target) == await public_reads(source)
+    again = await import_file(target, path)
+    assert sum(again.inserted.values()) == 0 and again.unchanged == report.inserted

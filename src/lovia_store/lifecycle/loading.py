@@ -6,6 +6,12 @@ equals the record and refused (``DestinationConflictError``, nothing of the
 unit written) if it does not. So loading the same records twice changes
 nothing, and a load killed mid-way is finished by running it again.
 
+A session (or a run head) and its rows are always in one transaction: units end
+between them, and one larger than a unit is staged in a temporary file and
+written in a transaction of its own. A session row's counters say how many rows
+it has (``message_count``, ``last_sequence``, ...), so a load stopped between
+the row and its rows would leave counters that disagree with them (issue 34).
+
 The children of a session (or run) this load inserted itself cannot exist
 yet, so they are inserted without a look-up: a fresh destination costs one
 look-up per unit of sessions, not per row.
@@ -13,8 +19,10 @@ look-up per unit of sessions, not per row.
 
 from __future__ import annotations
 
+import pickle
+import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +95,16 @@ class LoadCounts:
 
 
 class Loader:
-    """Feeds records into ``db`` in units; ``dry_run`` checks every record against the
-    database (conflicts included) in read transactions and writes nothing."""
+    """Feeds records into ``db``; ``dry_run`` checks every record against the database
+    (conflicts included) in read transactions and writes nothing.
+
+    A group (a session or a run head, with the records that follow it: its messages,
+    segments and snapshots, or its entries) is always written in one transaction, so
+    no one ever sees a session row without all of its rows, whose counters would then
+    disagree with them. Units end between groups; a group larger than a unit is
+    staged in a temporary file as it comes and then written in one transaction of
+    its own, a unit's worth of rows at a time (``_Staged``).
+    """
 
     def __init__(
         self,
@@ -103,31 +119,73 @@ class Loader:
         self.counts = LoadCounts()
         self._pending: list[Record] = []
         self._chars = 0
-        # Parents this load inserted (would insert) in the last unit that held any.
-        self._fresh: dict[str, set[tuple[Any, ...]]] = {"session": set(), "run": set()}
+        self._open = 0
+        """Where the last group in ``_pending`` starts: the one more records may join."""
+        self._staged: _Staged | None = None
+        """The open group, once it outgrew a unit."""
 
     async def add(self, record: Record) -> None:
+        if KINDS[record.kind].parent is None:  # a new group: the open one is whole
+            if self._staged is not None:
+                await self._write_staged()
+            self._open = len(self._pending)
+        if self._staged is not None:
+            self._staged.add(record)
+            return
         self._pending.append(record)
-        self._chars += sum(len(v) for v in record.row.values() if isinstance(v, str))
-        if len(self._pending) >= self.unit_rows or self._chars >= UNIT_CHARS:
-            await self.flush()
+        self._chars += _chars(record)
+        while len(self._pending) >= self.unit_rows or self._chars >= UNIT_CHARS:
+            if self._open == 0:  # one group fills the unit: it is staged until whole
+                self._staged = _Staged(self._pending)
+                self._pending, self._chars = [], 0
+                return
+            whole, self._pending = self._pending[: self._open], self._pending[self._open :]
+            self._open, self._chars = 0, sum(_chars(r) for r in self._pending)
+            await self._write(whole)
 
     async def flush(self) -> None:
-        if not self._pending:
-            return
-        records, self._pending, self._chars = self._pending, [], 0
-        fresh = {name: set(keys) for name, keys in self._fresh.items()}
+        """Write what is pending: the end of the records (every group is whole)."""
+        if self._staged is not None:
+            await self._write_staged()
+        if self._pending:
+            records, self._pending, self._chars, self._open = self._pending, [], 0, 0
+            await self._write(records)
 
-        def work(conn: Connection) -> tuple[LoadCounts, dict[str, set[tuple[Any, ...]]]]:
-            return self._apply(conn, records, fresh)
+    async def _write(self, records: list[Record]) -> None:
+        def work(conn: Connection) -> LoadCounts:
+            return self._apply(conn, records, _no_parents())[0]
 
+        self._add_counts(await self._run(work))
+
+    async def _write_staged(self) -> None:
+        """The staged group in one transaction, read back a unit at a time: the group's
+        parent is in the first unit, and its children, which cannot exist unless this
+        load inserted it, are inserted without a look-up."""
+        staged, self._staged = self._staged, None
+        assert staged is not None
+
+        def work(conn: Connection) -> LoadCounts:
+            counts, parents = LoadCounts(), _no_parents()
+            for records in staged.units(self.unit_rows):  # read anew if retried
+                unit, inserted = self._apply(conn, records, parents)
+                counts.inserted.update(unit.inserted)
+                counts.unchanged.update(unit.unchanged)
+                for name, keys in inserted.items():
+                    parents[name] |= keys
+            return counts
+
+        try:
+            self._add_counts(await self._run(work))
+        finally:
+            staged.close()
+
+    async def _run(self, work: Callable[[Connection], LoadCounts]) -> LoadCounts:
         run = self.db.read if self.dry_run else self.db.write
-        counts, inserted = await run(work)
+        return await run(work)
+
+    def _add_counts(self, counts: LoadCounts) -> None:
         self.counts.inserted.update(counts.inserted)
         self.counts.unchanged.update(counts.unchanged)
-        for name, keys in inserted.items():
-            if keys:
-                self._fresh[name] = keys
 
     def _apply(
         self,
@@ -135,7 +193,9 @@ class Loader:
         records: list[Record],
         previous: dict[str, set[tuple[Any, ...]]],
     ) -> tuple[LoadCounts, dict[str, set[tuple[Any, ...]]]]:
-        """One unit, in one transaction (retried whole: it changes no state of ours)."""
+        """One unit, in the caller's transaction (retried whole: it changes no state of
+        ours). ``previous``: the parents inserted (or that would be) by earlier units of
+        the same transaction. Returns the counts and the parents this unit inserted."""
         counts = LoadCounts()
         by_kind: dict[str, list[Record]] = {}
         for record in records:
@@ -196,6 +256,62 @@ class Loader:
         if kind.name in inserted:
             inserted[kind.name].update(key_of(kind, r.row) for r in blind)
         return rows
+
+
+def _chars(record: Record) -> int:
+    return sum(len(v) for v in record.row.values() if isinstance(v, str))
+
+
+def _no_parents() -> dict[str, set[tuple[Any, ...]]]:
+    return {"session": set(), "run": set()}
+
+
+class _Staged:
+    """A group's records in an anonymous temporary file (owner-only, gone when closed),
+    so a session of any size is held in memory a unit at a time."""
+
+    BATCH = 500
+
+    def __init__(self, records: list[Record]) -> None:
+        # Closed by close(), after the group's transaction (or by the collector).
+        self._file = tempfile.TemporaryFile(prefix="lovia-store-load-")  # noqa: SIM115
+        self._batch: list[tuple[str, dict[str, Any], int | None, int]] = []
+        for record in records:
+            self.add(record)
+
+    def add(self, record: Record) -> None:
+        self._batch.append((record.kind, record.row, record.line, _chars(record)))
+        if len(self._batch) >= self.BATCH:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._batch:
+            pickle.dump(self._batch, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+            self._batch = []
+
+    def units(self, rows: int) -> Iterator[list[Record]]:
+        """The records in their order, in units of at most ``rows`` rows and about
+        ``UNIT_CHARS`` characters."""
+        self._spill()
+        self._file.seek(0)
+        unit: list[Record] = []
+        chars = 0
+        while True:
+            try:
+                batch = pickle.load(self._file)  # our own file, written above
+            except EOFError:
+                break
+            for kind, row, line, size in batch:
+                unit.append(Record(kind, row, line))
+                chars += size
+                if len(unit) >= rows or chars >= UNIT_CHARS:
+                    yield unit
+                    unit, chars = [], 0
+        if unit:
+            yield unit
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _insert(conn: Connection, kind: Kind, rows: list[dict[str, Any]]) -> None:
