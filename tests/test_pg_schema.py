@@ -9,6 +9,7 @@ schema and runs with ``search_path`` set to it. Nothing of ours lands in
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -401,3 +402,122 @@ async def test_schema_is_refused_where_it_has_no_meaning(tmp_path: Path) -> None
     assert not (tmp_path / "c.sqlite3").exists() and not (tmp_path / "d.sqlite3").exists()
     async with SQLiteSession(tmp_path / "e.sqlite3") as session:  # no schema: unaffected
         await session.append("s", a_run("x"), run_id="r")
+
+
+# -- export, import and copy --------------------------------------------------------------
+
+
+async def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = await asyncio.to_thread(cli, list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def loads(url: str, schema: str, *session_ids: str) -> list[Any]:
+    async with Database(url, schema=schema, verify_only=True) as db:
+        session = SQLSession(db)
+        return [await session.load(s) for s in session_ids]
+
+
+@postgres
+async def test_export_import_and_copy_take_the_schema_of_each_database(
+    pg_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``export`` and ``import`` take ``--schema`` (and ``$LOVIA_STORE_SCHEMA``) as the
+    other commands do; ``copy`` takes one for each side, and reads no variable."""
+    monkeypatch.delenv("LOVIA_STORE_SCHEMA", raising=False)
+    async with Database(pg_url, schema="tenant") as db:
+        for name in ("alice", "bob"):
+            await SQLSession(db).append(name, a_run(f"hi {name}"), run_id=f"r-{name}")
+    expected = await loads(pg_url, "tenant", "alice", "bob")
+    assert all(expected)
+    # Without it, the default schema is read: it holds no lovia-store tables (exit 1).
+    code, _, err = await run_cli(capsys, "export", pg_url, "-o", str(tmp_path / "none.jsonl"))
+    assert code == 1 and "upgrade" in err
+
+    exported = tmp_path / "tenant.jsonl"
+    code, out, _ = await run_cli(
+        capsys, "export", pg_url, "--schema", "tenant", "-o", str(exported)
+    )
+    assert code == 0 and "2 session" in out
+    code, out, _ = await run_cli(capsys, "import", str(exported), pg_url, "--schema", "imported")
+    assert code == 0 and "inserted 2 session" in out
+    assert await loads(pg_url, "imported", "alice", "bob") == expected
+    assert await pg_tables(pg_url, "public") == set()  # nothing in the default schema
+
+    monkeypatch.setenv("LOVIA_STORE_SCHEMA", "tenant")
+    code, out, _ = await run_cli(capsys, "export", pg_url, "-o", str(tmp_path / "env.jsonl"))
+    assert code == 0 and "2 session" in out
+    code, out, _ = await run_cli(
+        capsys, "import", str(exported), pg_url, "--schema", "imported", "--dry-run"
+    )
+    assert code == 0 and "would insert nothing" in out  # the option wins over the variable
+    # copy reads no variable: both sides are the default schema, which has no tables.
+    code, _, err = await run_cli(capsys, "copy", pg_url, pg_url)
+    assert code == 1 and "upgrade" in err
+
+    # Between two schemas of one database, and from a SQLite file into a schema.
+    code, out, _ = await run_cli(
+        capsys,
+        "copy",
+        pg_url,
+        pg_url,
+        "--source-schema",
+        "tenant",
+        "--destination-schema",
+        "copied",
+        "--json",
+    )
+    report = json.loads(out)
+    assert code == 0 and report["status"] == "ok" and report["inserted"]["session"] == 2
+    assert await loads(pg_url, "copied", "alice", "bob") == expected
+    path = tmp_path / "store.sqlite3"
+    async with SQLiteSession(path) as session:
+        await session.append("carol", a_run("hi carol"), run_id="r-carol")
+    code, out, _ = await run_cli(
+        capsys, "copy", str(path), pg_url, "--destination-schema", "from_file"
+    )
+    assert code == 0 and "every session equal on both sides" in out
+    assert (await loads(pg_url, "from_file", "carol"))[0] == a_run("hi carol")
+    for schema in ("tenant", "imported", "copied", "from_file"):
+        assert await pg_tables(pg_url, schema) == OURS, schema
+    assert await pg_tables(pg_url, "public") == set()  # nothing landed in the default one
+
+
+async def pg_tables(url: str, schema: str) -> set[str]:
+    async with Database(url) as db:
+        return await db.read_unchecked(
+            lambda conn: set(inspect(conn).get_table_names(schema=schema)) & OURS
+        )
+
+
+async def test_schema_options_are_refused_where_they_have_no_meaning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On SQLite, and on MySQL/MariaDB (where a schema is the URL's database), each is a
+    usage error naming why, before anything is opened or created."""
+    source = tmp_path / "source.sqlite3"
+    async with SQLiteSession(source) as session:
+        await session.append("s", a_run("x"), run_id="r")
+    exported = tmp_path / "out.jsonl"
+    new = tmp_path / "new.sqlite3"
+    mysql = "mysql+asyncmy://root@127.0.0.1:1/test"
+    for args, said in (
+        (["export", str(source), "--schema", "a", "-o", str(exported)], "only to PostgreSQL"),
+        (["import", str(exported), str(new), "--schema", "a"], "only to PostgreSQL"),
+        (["import", str(exported), mysql, "--schema", "a"], "a schema is a database"),
+        (["copy", str(source), str(new), "--source-schema", "a"], "only to PostgreSQL"),
+        (["copy", str(source), str(new), "--destination-schema", "a"], "only to PostgreSQL"),
+        (["copy", str(source), mysql, "--destination-schema", "a"], "a schema is a database"),
+        (["copy", str(source), str(new), "--destination-schema", ""], "non-empty"),
+    ):
+        if args[0] == "import":
+            exported.write_text("")
+        code, out, err = await run_cli(capsys, *args, "--json")
+        assert code == 2, (args, err)
+        assert said in err and json.loads(out)["error"] == "UserError", args
+    assert not new.exists() and exported.read_text() == ""
