@@ -12,9 +12,25 @@ from typing import Any
 
 import click
 
-from ..lifecycle import CopyReport, ImportReport, copy_database, export, import_file
+from ..db.database import Database
+from ..lifecycle import (
+    CopyReport,
+    ExportReport,
+    ImportReport,
+    copy_database,
+    export,
+    import_file,
+)
 from ..lifecycle.records import KINDS
-from .options import URL_HELP, default_url, json_option, shown, url_argument
+from .options import (
+    URL_HELP,
+    copy_schema_options,
+    default_url,
+    json_option,
+    schema_option,
+    shown,
+    url_argument,
+)
 from .output import Output, printable
 
 __all__ = ["copy_command", "export_command", "import_command"]
@@ -35,6 +51,7 @@ def _summary(counter: Any) -> str:
     "export", short_help="Write sessions and runs to a JSON-lines file.", epilog=URL_HELP
 )
 @url_argument
+@schema_option
 @click.option(
     "--session",
     "session_ids",
@@ -54,7 +71,12 @@ def _summary(counter: Any) -> str:
 @json_option
 @click.pass_obj
 def export_command(
-    output: Output, url: str | None, session_ids: tuple[str, ...], path: str, as_json: bool
+    output: Output,
+    url: str | None,
+    schema: str | None,
+    session_ids: tuple[str, ...],
+    path: str,
+    as_json: bool,
 ) -> int:
     """Write the database at URL (or the sessions named) to FILE, one record per line.
 
@@ -63,8 +85,13 @@ def export_command(
     """
     output.json_mode = as_json
     target = url or default_url()
+
+    async def run() -> ExportReport:
+        async with Database(target, verify_only=True, schema=schema) as db:
+            return await export(db, path, session_ids=session_ids or None)
+
     with output.progress(f"exporting {shown(target)}"):
-        report = asyncio.run(export(target, path, session_ids=session_ids or None))
+        report = asyncio.run(run())
     if as_json:
         output.json(
             {
@@ -82,12 +109,15 @@ def export_command(
 @click.command("import", short_help="Load an export file into a database.", epilog=URL_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @url_argument
+@schema_option
 @click.option(
     "--dry-run", is_flag=True, help="Check every record against the database; write nothing."
 )
 @json_option
 @click.pass_obj
-def import_command(output: Output, file: str, url: str | None, dry_run: bool, as_json: bool) -> int:
+def import_command(
+    output: Output, file: str, url: str | None, schema: str | None, dry_run: bool, as_json: bool
+) -> int:
     """Load FILE (written by `lovia-store export`) into the database at URL.
 
     Idempotent: rows already there are left alone, so importing twice changes
@@ -96,8 +126,13 @@ def import_command(output: Output, file: str, url: str | None, dry_run: bool, as
     """
     output.json_mode = as_json
     target = url or default_url()
+
+    async def run() -> ImportReport:
+        async with Database(target, schema=schema) as db:
+            return await import_file(db, file, dry_run=dry_run)
+
     with output.progress(f"importing into {shown(target)}"):
-        report = asyncio.run(import_file(target, file, dry_run=dry_run))
+        report = asyncio.run(run())
     if as_json:
         output.json(_import_document(report))
     else:
@@ -120,19 +155,36 @@ def _import_document(report: ImportReport) -> dict[str, object]:
 @click.command("copy", short_help="Copy a whole deployment into another database.", epilog=URL_HELP)
 @click.argument("source_url")
 @click.argument("destination_url")
+@copy_schema_options
 @json_option
 @click.pass_obj
-def copy_command(output: Output, source_url: str, destination_url: str, as_json: bool) -> int:
+def copy_command(
+    output: Output,
+    source_url: str,
+    destination_url: str,
+    source_schema: str | None,
+    destination_schema: str | None,
+    as_json: bool,
+) -> int:
     """Copy every session and run from SOURCE_URL into DESTINATION_URL, then verify.
 
     The destination is upgraded to the current schema first, and refused if it
     holds data the source does not. Killed, the copy is finished by running it
     again. Prints each session's row counts and content digest as read back from
-    both databases; exits 5 if any differ.
+    both databases; exits 5 if any differ. On PostgreSQL, --source-schema and
+    --destination-schema name the schema that holds each side's tables.
     """
     output.json_mode = as_json
+
+    async def run() -> CopyReport:
+        async with (
+            Database(source_url, verify_only=True, schema=source_schema) as src,
+            Database(destination_url, schema=destination_schema) as dst,
+        ):
+            return await copy_database(src, dst)
+
     with output.progress(f"copying {shown(source_url)} to {shown(destination_url)}"):
-        report = asyncio.run(copy_database(source_url, destination_url))
+        report = asyncio.run(run())
     if as_json:
         output.json(_copy_document(report))
     else:

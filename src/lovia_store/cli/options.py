@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_FILE",
     "MAX_COUNT",
     "URL_HELP",
+    "copy_schema_options",
     "default_url",
     "json_option",
     "paging_options",
@@ -63,6 +64,23 @@ def schema_option(command: Command) -> Command:
         help="PostgreSQL schema that holds lovia-store's tables (default: the "
         "connection's default schema).",
     )(command)
+
+
+def copy_schema_options(command: Command) -> Command:
+    """``--source-schema`` and ``--destination-schema``: ``--schema`` for each side of a
+    copy. ``$LOVIA_STORE_SCHEMA`` is not read: it could mean either side (as the URLs
+    are not taken from ``$LOVIA_STORE_URL``)."""
+    for side in ("destination", "source"):
+        command = click.option(
+            f"--{side}-schema",
+            f"{side}_schema",
+            metavar="NAME",
+            default=None,
+            help=f"PostgreSQL schema that holds lovia-store's tables in the {side} "
+            "database (default: the connection's default schema; $LOVIA_STORE_SCHEMA "
+            "is not read).",
+        )(command)
+    return command
 
 
 def json_option(command: Command) -> Command:
