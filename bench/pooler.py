@@ -136,16 +136,24 @@ async def measure(direct: str, pgbouncer: str, appends: int, rounds: int) -> str
                 if found is not None:
                     seen[which].append(found)
         for work in ("append, one task", "append, 8 tasks", "checkpoint step"):
-            base = statistics.median(r[work] for r in seen["direct"])
-            cells = []
-            for which in configurations:
-                if not seen[which]:
-                    cells.append("n/a")
-                    continue
-                value = statistics.median(r[work] for r in seen[which])
-                cells.append(f"{value * 1000:.2f} ({value / base:.2f}x)")
+            cells = ratio_cells(seen, work, configurations)
             lines.append(f"| {driver} | {work} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def ratio_cells(
+    seen: dict[str, list[dict[str, float]]], work: str, configurations: tuple[str, ...]
+) -> list[str]:
+    """Each configuration's median ms for ``work`` and its ratio to the first's."""
+    base = statistics.median(r[work] for r in seen[configurations[0]])
+    cells = []
+    for which in configurations:
+        if not seen[which]:
+            cells.append("n/a")
+            continue
+        value = statistics.median(r[work] for r in seen[which])
+        cells.append(f"{value * 1000:.2f} ({value / base:.2f}x)")
+    return cells
 
 
 def main() -> None:

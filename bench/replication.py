@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 import uuid
 
 from sqlalchemy.engine import make_url
 
-from bench.pooler import _admin, _reachable, _work
+from bench.pooler import _admin, _reachable, _work, ratio_cells
 
 SCALES = {"tiny": (20, 1), "default": (300, 5)}
 LONE = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -72,15 +71,7 @@ async def measure(appends: int, rounds: int) -> str:
     ]
     works = ("append, one task", "append, 8 tasks", "checkpoint step", "list_sessions (50)")
     for work in works:
-        base = statistics.median(r[work] for r in seen["lone server"])
-        cells = []
-        for which in configurations:
-            if not seen[which]:
-                cells.append("n/a")
-                continue
-            value = statistics.median(r[work] for r in seen[which])
-            cells.append(f"{value * 1000:.2f} ({value / base:.2f}x)")
-        lines.append(f"| {work} | " + " | ".join(cells) + " |")
+        lines.append(f"| {work} | " + " | ".join(ratio_cells(seen, work, configurations)) + " |")
     return "\n".join(lines) + "\n"
 
 
