@@ -99,8 +99,8 @@ class Database:
     pooler may have handed to another client (docs/deploying.md).
 
     ``read_replicas`` (PostgreSQL hot standbys: URLs, or engines the caller owns)
-    take the reads that may be stale: listing and paging sessions and the Raw Log,
-    ``stats``, ``export`` and the CLI's ``show``. A replica more than
+    take the reads that may be stale: listing and paging the Raw Log's sessions and
+    messages, ``database_stats``, ``export`` and ``copy_database``'s reading. A replica more than
     ``max_replica_lag`` seconds behind, or unreachable, is passed over, and when
     none will do the read goes to the primary. Every other read (an agent's
     history, a run's checkpoint) stays on the primary unless made inside
