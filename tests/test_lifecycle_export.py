@@ -208,6 +208,26 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
         lambda ls: mutate(ls, 3, lambda d: d.update(session_id="elsewhere")),
         "must follow that session",
     ),
+    "message count not the rows": (
+        lambda ls: mutate(ls, 1, lambda d: d.update(message_count=999)),
+        r"session 'lovia-0': message_count says 999, the file holds 10 rows",
+    ),
+    "last sequence below a message": (
+        lambda ls: mutate(ls, 1, lambda d: d.update(last_sequence=3)),
+        r"session 'lovia-0': last_sequence says 3, the file holds sequence 10",
+    ),
+    "run count below the segments": (
+        lambda ls: mutate(ls, 1, lambda d: d.update(run_count=1)),
+        r"session 'lovia-0': run_count says 1, the file holds position 2",
+    ),
+    "snapshot version not the newest": (
+        lambda ls: mutate(ls, first(ls, "session"), lambda d: d.update(snapshot_version=7)),
+        r"session 'lovia-0': snapshot_version says 7, the file holds no version",
+    ),
+    "entry count not the entries": (
+        lambda ls: mutate(ls, first(ls, "run"), lambda d: d.update(entry_count=40)),
+        r"entry_count says 40, the file holds \d+ rows",
+    ),
     "newer format": (lambda ls: mutate(ls, 0, lambda d: d.update(version=99)), "format version"),
     "unknown revision": (
         lambda ls: mutate(ls, 0, lambda d: d.update(schema_revision="9999")),
@@ -474,3 +494,49 @@ async def test_a_session_larger_than_a_unit_is_checked_then_written_whole(
     assert await public_reads(target) == await public_reads(source)
     again = await import_file(target, path)
     assert sum(again.inserted.values()) == 0 and again.unchanged == report.inserted
+
+
+async def test_a_line_longer_than_the_bound_is_refused_before_it_is_read_whole(
+    exported: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small gzip file can hold one enormous line: the import refuses a line longer
+    than ``MAX_LINE_BYTES`` naming it, having read no more than the bound of it (here a
+    64 MiB line of 64 KiB compressed, under a bound made small). A line of exactly the
+    bound is read."""
+    import tracemalloc
+
+    from lovia_store.lifecycle import importing
+
+    _, path = exported
+    lines = path.read_bytes().splitlines()
+    longest = max(range(len(lines)), key=lambda i: len(lines[i]))
+    target = str(tmp_path / "target.sqlite3")
+    monkeypatch.setattr(importing, "MAX_LINE_BYTES", len(lines[longest]))
+    await import_file(target, path, dry_run=True)
+    monkeypatch.setattr(importing, "MAX_LINE_BYTES", len(lines[longest]) - 1)
+    with pytest.raises(ExportFormatError, match="longer than") as caught:
+        await import_file(target, path, dry_run=True)
+    assert caught.value.line == longest + 1
+
+    monkeypatch.setattr(importing, "MAX_LINE_BYTES", 1 << 16)
+    huge = tmp_path / "huge.jsonl.gz"
+    with gzip.open(huge, "wb") as packed:
+        packed.writelines(line + b"\n" for line in lines[:2])
+        packed.write(b'{"record": "message", "entry_json": "')
+        chunk = b" " * (1 << 20)
+        for _ in range(64):
+            packed.write(chunk)
+        packed.write(b'"}\n')
+        packed.writelines(line + b"\n" for line in lines[2:])
+    assert huge.stat().st_size < 1 << 20
+    before = await public_reads(target)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExportFormatError, match=r"longer than 65,536 bytes") as caught:
+            await import_file(target, huge)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.line == 3 and str(caught.value).startswith("line 3: ")
+    assert peak < 16 << 20, f"{peak:,} bytes"
+    assert await public_reads(target) == before
