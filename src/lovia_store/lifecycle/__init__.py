@@ -10,13 +10,14 @@ stream, in pages) and an idempotent loader of such a stream (``loading``).
 from .copying import CopyReport, SessionCheck, copy_database
 from .counters import CounterMismatch, counter_mismatches
 from .export import ExportReport, export
-from .importing import ImportReport, import_file, read_file
+from .importing import MAX_LINE_BYTES, ImportReport, import_file, read_file
 from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
 from .retention import PruneReport, prune
 from .verify import Summary, Tally, summarize
 
 __all__ = [
     "FORMAT",
+    "MAX_LINE_BYTES",
     "VERSION",
     "CopyReport",
     "CounterMismatch",

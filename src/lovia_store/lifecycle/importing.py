@@ -36,9 +36,17 @@ from .records import (
 )
 from .targets import Target, opened
 
-__all__ = ["ImportReport", "import_file", "read_file"]
+__all__ = ["MAX_LINE_BYTES", "ImportReport", "import_file", "read_file"]
 
 Source = str | os.PathLike[str] | IO[bytes]
+
+MAX_LINE_BYTES = 2**31
+"""The longest line an import reads (2 GiB, its newline aside); a longer one is an
+``ExportFormatError`` naming it, refused before it is read whole. No store holds a
+document above about 1 GB (SQLite's ``SQLITE_MAX_LENGTH`` bounds a whole row at
+1,000,000,000 bytes, PostgreSQL a value at 1 GB, MariaDB a statement at
+``max_allowed_packet``, at most 1 GiB), and a line holds it as a JSON string, its
+quotes escaped: twice the largest document leaves room for that."""
 
 
 @dataclass
@@ -188,17 +196,26 @@ def _unique_columns(kind: Kind) -> list[tuple[str, ...]]:
 
 
 def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """Numbered lines; a damaged gzip stream is an ``ExportFormatError`` at its line."""
+    """Numbered lines, each read with a bounded ``readline``: a line longer than
+    ``MAX_LINE_BYTES`` is refused having read only the bound of it (a small gzip file
+    can hold a line of gigabytes). A damaged gzip stream is an ``ExportFormatError``
+    at its line."""
     number = 0
-    lines = iter(stream)
+    bound = MAX_LINE_BYTES
     while True:
         try:
-            text = next(lines)
-        except StopIteration:
-            return
+            text = stream.readline(bound + 1)
         except (OSError, EOFError, zlib.error) as exc:
             raise ExportFormatError(f"the file cannot be read ({exc})", line=number + 1) from None
+        if not text:
+            return
         number += 1
+        if len(text) > bound and not (len(text) == bound + 1 and text.endswith(b"\n")):
+            raise ExportFormatError(
+                f"the line is longer than {bound:,} bytes (MAX_LINE_BYTES): longer than "
+                "any row the stores write",
+                line=number,
+            )
         yield number, text
 
 
