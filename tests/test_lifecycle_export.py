@@ -297,7 +297,7 @@ async def test_a_conflicting_record_is_refused_naming_its_line_before_any_write(
     changed = mutate(lines, index, lambda d: d.update(entry_json=other))
     # A new session before it in the file must not be written either.
     extra = [json.loads(lines[1])]
-    extra[0].update(session_id="brand-new")
+    extra[0].update(session_id="brand-new", last_sequence=0, message_count=0, run_count=0)
     changed.insert(1, json.dumps(extra[0]))
     count = json.loads(changed[-1])
     count["counts"]["session"] += 1

@@ -152,57 +152,114 @@ def _session(sid: str, counter: str, says: int, holds: int, what: str) -> Counte
     )
 
 
+# -- the rules: one function per counter, used by ``check`` (over the tables) and by an
+# import (over a file's records, ``where`` naming it), so both accept the same rows.
+
+
+def message_counters(
+    sid: str,
+    message_count: int,
+    last_sequence: int,
+    rows: int,
+    top: int | None,
+    *,
+    where: str = "lovia_messages",
+) -> list[CounterMismatch]:
+    """``message_count`` is the number of the session's Raw Log rows; ``last_sequence``
+    at least the highest sequence among them (``top``, None for none)."""
+    found = []
+    if message_count != rows:
+        found.append(
+            _session(sid, "message_count", message_count, rows, f"{where} holds {_rows(rows)}")
+        )
+    if top is not None and top > last_sequence:
+        what = f"{where} holds sequence {top}"
+        found.append(_session(sid, "last_sequence", last_sequence, top, what))
+    return found
+
+
+def run_counter(
+    sid: str,
+    run_count: int,
+    rows: int,
+    top: int | None,
+    lacking: int,
+    *,
+    where: str = "lovia_session_runs",
+) -> CounterMismatch | None:
+    """``run_count`` is at least the number of the session's segments and their highest
+    position (``top``); ``lacking``: its message rows naming a run it has no segment of,
+    which no store writes."""
+    if top is not None and top > run_count:
+        return _session(sid, "run_count", run_count, top, f"{where} holds position {top}")
+    if rows > run_count or lacking:
+        return _session(sid, "run_count", run_count, rows, _segments(rows, lacking, where))
+    return None
+
+
+def snapshot_counter(
+    sid: str, version: int, top: int, *, where: str = "lovia_snapshots"
+) -> CounterMismatch | None:
+    """``snapshot_version`` is the newest snapshot's version (``top``, 0 for none)."""
+    if version == top:
+        return None
+    held = f"version {top}" if top else "no version"
+    return _session(sid, "snapshot_version", version, top, f"{where} holds {held}")
+
+
+def entry_counter(
+    rid: str, entry_count: int, rows: int, top: int, *, where: str = "lovia_run_entries"
+) -> CounterMismatch | None:
+    """A run head's ``entry_count`` is the number of its entries, numbered 1..n (``top``
+    the highest position, 0 for none)."""
+    if rows != entry_count:
+        holds, what = rows, f"{where} holds {_rows(rows)}"
+    elif top != entry_count:  # as many rows, numbered otherwise than 1..n
+        holds, what = top, f"{where} holds position {top}"
+    else:
+        return None
+    return CounterMismatch(
+        table="lovia_run_heads",
+        id=rid,
+        counter="entry_count",
+        says=int(entry_count),
+        holds=int(holds),
+        detail=f"run {rid!r}: entry_count says {entry_count}, {what}",
+    )
+
+
 def _read(conn: Connection, limit: int) -> list[CounterMismatch]:
     found: list[CounterMismatch] = []
     unsegmented: dict[str, int] = {}  # session: its rows naming a missing run
     for sid, message_count, last_sequence, rows, top, lacking in conn.execute(
         _MESSAGES.limit(limit)
     ):
-        if message_count != rows:
-            what = f"lovia_messages holds {_rows(rows)}"
-            found.append(_session(sid, "message_count", message_count, rows, what))
-        if top is not None and top > last_sequence:
-            what = f"lovia_messages holds sequence {top}"
-            found.append(_session(sid, "last_sequence", last_sequence, top, what))
+        found.extend(message_counters(sid, message_count, last_sequence, rows, top))
         if lacking:
             unsegmented[sid] = int(lacking)
     for sid, run_count, rows, top in conn.execute(_SEGMENTS.limit(limit)):
-        lacking = unsegmented.pop(sid, 0)
-        if top > run_count:
-            what = f"lovia_session_runs holds position {top}"
-            found.append(_session(sid, "run_count", run_count, top, what))
-        else:
-            found.append(_session(sid, "run_count", run_count, rows, _segments(rows, lacking)))
+        mismatch = run_counter(sid, run_count, rows, top, unsegmented.pop(sid, 0))
+        if mismatch is not None:
+            found.append(mismatch)
     if unsegmented:
         for sid, run_count, rows in conn.execute(_RUN_COUNTS, {"ids": sorted(unsegmented)}):
-            what = _segments(rows, unsegmented[sid])
-            found.append(_session(sid, "run_count", run_count, rows, what))
+            mismatch = run_counter(sid, run_count, rows, None, unsegmented[sid])
+            if mismatch is not None:
+                found.append(mismatch)
     for sid, version, top in conn.execute(_SNAPSHOTS.limit(limit)):
-        held = f"version {top}" if top else "no version"
-        found.append(
-            _session(sid, "snapshot_version", version, top, f"lovia_snapshots holds {held}")
-        )
+        mismatch = snapshot_counter(sid, version, top)
+        if mismatch is not None:
+            found.append(mismatch)
     found.sort(key=lambda f: (f.id, _ORDER.index(f.counter)))
     for rid, entry_count, rows, top in conn.execute(_ENTRIES.limit(limit)):
-        if rows != entry_count:
-            holds, what = rows, f"lovia_run_entries holds {_rows(rows)}"
-        else:  # as many rows, numbered otherwise than 1..n
-            holds, what = top, f"lovia_run_entries holds position {top}"
-        found.append(
-            CounterMismatch(
-                table="lovia_run_heads",
-                id=rid,
-                counter="entry_count",
-                says=int(entry_count),
-                holds=int(holds),
-                detail=f"run {rid!r}: entry_count says {entry_count}, {what}",
-            )
-        )
+        mismatch = entry_counter(rid, entry_count, rows, top)
+        if mismatch is not None:
+            found.append(mismatch)
     return found
 
 
-def _segments(rows: int, lacking: int) -> str:
-    what = f"lovia_session_runs holds {_rows(rows)}"
+def _segments(rows: int, lacking: int, where: str) -> str:
+    what = f"{where} holds {_rows(rows)}"
     if lacking:
         named = "a message row names" if lacking == 1 else f"{lacking} message rows name"
         what += f" ({named} a run it lacks)"

@@ -24,6 +24,7 @@ from typing import IO, Any, cast
 from ..db import progress as progress_
 from ..db.schema import _known_revisions, head_revision
 from ..upgrade import upgrade
+from . import counters
 from .loading import Loader
 from .records import (
     KINDS,
@@ -109,6 +110,7 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
     counts: Counter[str] = Counter()
     parents: dict[str, Any] = {"session": None, "run": None}
     keys = _Keys()
+    tally = _Tally()
     line_number = 0
     ended = False
     for line_number, text in _lines(stream):
@@ -126,6 +128,7 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
                 )
             continue
         if document.get("record") == "end":
+            tally.close()
             _check_end(document, counts, line_number)
             ended = True
             continue
@@ -144,6 +147,7 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
                 f"must follow that {kind.parent}'s record",
                 line=line_number,
             )
+        tally.add(kind, record.row, line_number)
         counts[record.kind] += 1
         yield record
     if line_number == 0:
@@ -184,6 +188,108 @@ class _Keys:
                     "an export holds each row once",
                     line=line,
                 )
+
+
+class _Tally:
+    """What the file holds under the open session and run, so that their counters are
+    checked against it, by the rules ``lovia-store check`` applies to the tables
+    (``lovia_store.lifecycle.counters``), when the next parent record (or the end)
+    closes them: the error names the session's (or run's) line. Memory follows the
+    number of runs a session names, not its messages."""
+
+    def __init__(self) -> None:
+        self._session: tuple[dict[str, Any], int] | None = None
+        self._run: tuple[dict[str, Any], int] | None = None
+        self._messages = 0
+        self._top_sequence: int | None = None
+        self._by_run: Counter[str] = Counter()  # messages naming each run
+        self._segments: set[str] = set()
+        self._top_position: int | None = None
+        self._top_version = 0
+        self._entries = 0
+        self._top_entry = 0
+
+    def add(self, kind: Kind, row: dict[str, Any], line: int) -> None:
+        if kind.parent != "session":  # a session's records end at the next other one
+            self._close_session()
+        if kind.parent != "run":
+            self._close_run()
+        if kind.name == "session":
+            self._session = (row, line)
+            self._messages, self._top_sequence, self._top_position = 0, None, None
+            self._by_run, self._segments, self._top_version = Counter(), set(), 0
+        elif kind.name == "message":
+            self._messages += 1
+            self._top_sequence = max(self._top_sequence or 0, row["sequence"])
+            if row.get("run_id") is not None:
+                self._by_run[row["run_id"]] += 1
+        elif kind.name == "segment":
+            self._segments.add(row["run_id"])
+            self._top_position = max(self._top_position or 0, row["position"])
+        elif kind.name == "snapshot":
+            self._top_version = max(self._top_version, row["version"])
+        elif kind.name == "run":
+            self._run = (row, line)
+            self._entries, self._top_entry = 0, 0
+        elif kind.name == "run_entry":
+            self._entries += 1
+            self._top_entry = max(self._top_entry, row["position"])
+
+    def close(self) -> None:
+        self._close_session()
+        self._close_run()
+
+    def _close_session(self) -> None:
+        if self._session is None:
+            return
+        (row, line), self._session = self._session, None
+        sid = row["session_id"]
+        lacking = sum(n for run, n in self._by_run.items() if run not in self._segments)
+        found = [
+            *counters.message_counters(
+                sid,
+                row.get("message_count", 0),
+                row.get("last_sequence", 0),
+                self._messages,
+                self._top_sequence,
+                where="the file",
+            ),
+            counters.run_counter(
+                sid,
+                row.get("run_count", 0),
+                len(self._segments),
+                self._top_position,
+                lacking,
+                where="the file",
+            ),
+            counters.snapshot_counter(
+                sid, row.get("snapshot_version", 0), self._top_version, where="the file"
+            ),
+        ]
+        _refuse(found, line)
+
+    def _close_run(self) -> None:
+        if self._run is None:
+            return
+        (row, line), self._run = self._run, None
+        mismatch = counters.entry_counter(
+            row["run_id"],
+            row.get("entry_count", 0),
+            self._entries,
+            self._top_entry,
+            where="the file",
+        )
+        _refuse([mismatch], line)
+
+
+def _refuse(found: list[counters.CounterMismatch | None], line: int) -> None:
+    for mismatch in found:
+        if mismatch is not None:
+            raise ExportFormatError(
+                f"{mismatch.detail}: an import takes only counters that agree with their "
+                "rows, as the stores write them (and lovia-store check checks them)",
+                line=line,
+            )
 
 
 def _unique_columns(kind: Kind) -> list[tuple[str, ...]]:
