@@ -391,19 +391,23 @@ def test_a_long_session_with_snapshots_gives_the_same_answers() -> None:
     ]
 
 
-def _zett_text(message: Any) -> str | type[Exception]:
+REFUSED = "refused"
+
+
+def _zett_text(message: Any) -> str:
     try:
         return encode_messages([message])[1:-1]
-    except (TypeError, ValueError) as exc:
-        return type(exc)
+    except (TypeError, ValueError):
+        return REFUSED
 
 
-def _our_text(message: Any) -> str | type[Exception]:
+def _our_text(message: Any) -> str:
+    """Our envelope, or ``REFUSED`` for a ``UserError`` (the shared codec refuses a
+    value JSON cannot carry before zett's encoder would meet it)."""
     try:
         return codec.encode_envelope(message)
-    except UserError as exc:
-        assert isinstance(exc.__cause__, TypeError | ValueError)
-        return type(exc.__cause__)
+    except UserError:
+        return REFUSED
 
 
 @settings(max_examples=300, deadline=None, database=None)

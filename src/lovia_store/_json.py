@@ -1,33 +1,47 @@
-"""Strict JSON for caller-supplied documents (meta, metadata, tags, entries' values).
+"""The one JSON codec: caller-supplied values in, stored documents out.
 
-Python's ``json`` quietly turns ``{1: 2}`` into ``{"1": 2}`` and writes
-``NaN``; pydantic writes ``NaN`` as ``null`` and a lone surrogate in a key as
-three U+FFFD; a driver refuses a lone surrogate mid-call with a raw
-``UnicodeEncodeError``. Each would change what the caller stored, or fail
-after the call began, so every such value is refused here with ``UserError``,
-before any SQL, and the same way by every store (the in-memory ones too):
-what a store accepts it reads back exactly.
+Encoding (``dump_document``, ``dump_object``): Python's ``json`` quietly turns
+``{1: 2}`` into ``{"1": 2}`` and writes ``NaN``; pydantic writes ``NaN`` as ``null``
+and a lone surrogate in a key as three U+FFFD; a driver refuses a lone surrogate
+mid-call with a raw ``UnicodeEncodeError``; a recursive encoder raises
+``RecursionError`` on a value nested 10,000 deep. Each would change what the caller
+stored, or fail after the call began, so every such value is refused here with
+``UserError``, before any SQL, and the same way by every store and integration (the
+in-memory ones too): what a store accepts it reads back exactly.
+
+Decoding (``load_documents``, ``load_document``, ``load_object``): a stored document
+that does not read (broken JSON, bytes that are not UTF-8, nesting no decoder
+reads, edited by another program) is a ``StoredValueError`` naming its row
+(``Where``), never a raw decode error; integers of any size read back exactly.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
+from pydantic_core import from_json
 
 from .errors import StoredValueError, UserError
 
 __all__ = [
     "MAX_DEPTH",
+    "Where",
     "all_clean",
     "check_text",
     "check_value",
+    "damaged",
+    "dump_document",
     "dump_object",
+    "dump_trusted",
     "explain_refusal",
     "is_clean",
+    "load_document",
+    "load_documents",
     "load_object",
 ]
 
@@ -51,7 +65,9 @@ def check_text(value: str, what: str) -> None:
         ) from None
 
 
-def check_value(value: Any, what: str, *, models: bool = False) -> None:
+def check_value(
+    value: Any, what: str, *, models: bool = False, opaque: tuple[type, ...] = ()
+) -> None:
     """Refuse what JSON cannot carry exactly: non-finite floats, lone surrogates
     (in strings and keys), non-string keys, non-JSON types, nesting past
     ``MAX_DEPTH``. With ``models``, a pydantic model's fields are checked as an
@@ -59,12 +75,15 @@ def check_value(value: Any, what: str, *, models: bool = False) -> None:
     nested 10,000 deep is a ``UserError``, never a ``RecursionError``.
     """
     if not is_clean(value, models=models):  # the common case, without building paths
-        explain_refusal(value, what, models=models)
+        explain_refusal(value, what, models=models, opaque=opaque)
 
 
-def explain_refusal(value: Any, what: str, *, models: bool = False) -> None:
+def explain_refusal(
+    value: Any, what: str, *, models: bool = False, opaque: tuple[type, ...] = ()
+) -> None:
     """``check_value``'s rules, walked with each item's path: raises ``UserError``
-    saying where and what is wrong (returns when nothing is)."""
+    saying where and what is wrong (returns when nothing is). ``opaque``: types the
+    caller's encoder writes itself (zett's image bytes), passed as leaves."""
     stack: list[tuple[Any, str, int]] = [(value, what, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -92,6 +111,8 @@ def explain_refusal(value: Any, what: str, *, models: bool = False) -> None:
         if models and isinstance(item, BaseModel):
             # A model's own depth counts as an object's (it serializes as one).
             stack.extend((v, f"{path}.{k}", depth + 1) for k, v in item.__dict__.items())
+            continue
+        if opaque and isinstance(item, opaque):
             continue
         raise UserError(f"{path} holds a {type(item).__name__}, which is not JSON")
 
@@ -183,29 +204,117 @@ def _encodes(text: str) -> bool:
     return True
 
 
+# -- encoding ------------------------------------------------------------------
+
+
+def dump_document(
+    value: Any,
+    what: str,
+    *,
+    separators: tuple[str, str] = (",", ":"),
+    sort_keys: bool = False,
+    default: Callable[[Any], Any] | None = None,
+    opaque: tuple[type, ...] = (),
+) -> str:
+    """``value`` as JSON text exactly, or ``UserError`` saying what is wrong, never a
+    raw ``TypeError``, ``ValueError`` or ``RecursionError``.
+
+    ``check_value``'s rules first (iterative: a value nested 10,000 deep is refused
+    like one nested 201 deep), then the standard library's encoder, with the
+    separators and key order a peer's format needs (zett-agent writes ``", "`` and
+    ``": "``), and ``default`` for the ``opaque`` types it encodes itself.
+    """
+    check_value(value, what, opaque=opaque)
+    try:
+        return json.dumps(
+            value,
+            ensure_ascii=False,
+            allow_nan=False,
+            separators=separators,
+            sort_keys=sort_keys,
+            default=default,
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UserError(f"{what} cannot be stored as JSON exactly: {exc}") from None
+
+
 def dump_object(value: Any, what: str) -> str:
     """Encode a JSON object exactly, or raise ``UserError`` saying what is wrong."""
     if not isinstance(value, dict):
         raise UserError(f"{what} must be a JSON object (dict), not {type(value).__name__}")
-    check_value(value, what)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return dump_document(value, what)
 
 
-def load_object(
-    text: str | bytes | None, where: tuple[str, str, dict[str, object]] | None = None
-) -> dict[str, Any] | None:
+def dump_trusted(value: Any) -> str:
+    """A value this package built or already checked (a projection, a document read
+    back) as compact JSON: orjson's speed, and the standard library for an integer
+    wider than 64 bits, which orjson refuses and JSON allows."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- decoding ------------------------------------------------------------------
+
+
+Where = tuple[str, str, Callable[[int], dict[str, object]]]
+"""Where stored documents come from, for the error naming a damaged one: the
+table, the column, and the key of the row at an index of the documents read."""
+
+
+def damaged(message: str, where: Where | None, index: int = 0) -> StoredValueError:
+    """The error for the stored document at ``index`` of the rows ``where`` names."""
+    if where is None:
+        return StoredValueError(message, table="?", column="?", row={"index": index})
+    table, column, key_of = where
+    return StoredValueError(message, table=table, column=column, row=key_of(index))
+
+
+def load_documents(
+    rows: Sequence[str | bytes], where: Where | None = None, *, start: int = 0
+) -> list[Any]:
+    """Parse stored JSON documents, every integer exact.
+
+    pydantic-core's parser keeps an integer wider than 64 bits an integer,
+    which orjson turns into a float (older versions refused it), at about
+    orjson's speed on a whole session's load. What it refuses and JSON allows
+    (a lone surrogate escape, nesting past its limit of about 200) is read by
+    the standard library. A document neither reads (broken JSON, invalid UTF-8,
+    nesting past the recursion limit) is a ``StoredValueError`` naming its row
+    (``where``, at position ``start`` + its index), never a raw decode error.
+    """
+    try:
+        return [from_json(row) for row in rows]
+    except ValueError:
+        pass
+    out: list[Any] = []
+    for index, row in enumerate(rows):
+        try:
+            out.append(from_json(row))
+            continue
+        except ValueError:
+            pass
+        try:
+            out.append(json.loads(row))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            message = f"a stored document is not JSON ({type(exc).__name__}: {exc})"
+            raise damaged(message, where, start + index) from None
+    return out
+
+
+def load_document(text: str | bytes, where: Where | None = None, index: int = 0) -> Any:
+    """One stored JSON document, as ``load_documents`` reads it."""
+    return load_documents([text], where, start=index)[0]
+
+
+def load_object(text: str | bytes | None, where: Where | None = None) -> dict[str, Any] | None:
     """A stored object (None for SQL NULL). One that does not read as a JSON object
     (damaged, or written by another program) is a ``StoredValueError`` naming the
-    row ``where`` says (table, column, key), never a raw decode error."""
+    row ``where`` says, never a raw decode error."""
     if text is None:
         return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        problem: str | None = f"is not JSON ({type(exc).__name__}: {exc})"
-    else:
-        problem = None if isinstance(value, dict) else "is not a JSON object"
-    if problem is not None:
-        table, column, row = where or ("?", "?", {})
-        raise StoredValueError(f"a stored document {problem}", table=table, column=column, row=row)
-    return value  # type: ignore[no-any-return]
+    value = load_document(text, where)
+    if not isinstance(value, dict):
+        raise damaged("a stored document is not a JSON object", where)
+    return value

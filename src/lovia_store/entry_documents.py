@@ -8,16 +8,14 @@ naming its row (``Where``), never a raw decode or validation error.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
+from ._json import Where, damaged, dump_trusted, load_documents
 from .entry_shapes import ENTRY_LIST, TranscriptEntry, entry_from_dict, entry_to_json
-from .errors import StoredValueError, UnknownEntryTypeError
+from .errors import UnknownEntryTypeError
 
 __all__ = [
     "MULTIPLE_ENTRIES",
@@ -34,11 +32,6 @@ __all__ = [
 ]
 
 _DECODE_BATCH = 256  # documents parsed and validated together
-
-
-Where = tuple[str, str, Callable[[int], dict[str, object]]]
-"""Where stored documents come from, for the error naming a damaged one: the
-table, the column, and the key of the row at an index of the documents read."""
 
 
 def rows_of(table: str, key: str, value: str) -> Where:
@@ -73,44 +66,8 @@ def session_rows(session_id: str, rows: Sequence[Sequence[Any]] | None = None) -
     )
 
 
-def damaged(message: str, where: Where | None, index: int) -> StoredValueError:
-    """The error for the stored document at ``index`` of the rows ``where`` names."""
-    if where is None:
-        return StoredValueError(message, table="?", column="entry_json", row={"index": index})
-    table, column, key_of = where
-    return StoredValueError(message, table=table, column=column, row=key_of(index))
-
-
-def json_documents(
-    rows: Sequence[str | bytes], where: Where | None = None, *, start: int = 0
-) -> list[Any]:
-    """Parse stored JSON documents, every integer exact.
-
-    pydantic-core's parser keeps an integer wider than 64 bits an integer,
-    which orjson turns into a float (older versions refused it), at about
-    orjson's speed on a whole session's load. What it refuses and JSON allows
-    (a lone surrogate escape, nesting past its limit of about 200) is read by
-    the standard library. A document neither reads (broken JSON, invalid UTF-8,
-    edited by another program) is a ``StoredValueError`` naming its row
-    (``where``, at position ``start`` + its index), never a raw decode error.
-    """
-    try:
-        return [from_json(row) for row in rows]
-    except ValueError:
-        pass
-    out: list[Any] = []
-    for index, row in enumerate(rows):
-        try:
-            out.append(from_json(row))
-            continue
-        except ValueError:
-            pass
-        try:
-            out.append(json.loads(row))
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            message = f"a stored document is not JSON ({type(exc).__name__}: {exc})"
-            raise damaged(message, where, start + index) from None
-    return out
+json_documents = load_documents
+"""Stored JSON documents parsed exactly (``lovia_store._json.load_documents``)."""
 
 
 def name_unknown_entry(
@@ -162,17 +119,10 @@ def expand_documents(rows: Sequence[str | bytes], where: Where | None = None) ->
     out: list[str | bytes] = []
     for row in rows:
         if _is_array(row):
-            out.extend(_dumped(item) for item in json_documents([row], where)[0])
+            out.extend(dump_trusted(item) for item in json_documents([row], where)[0])
         else:
             out.append(row)
     return out
-
-
-def _dumped(document: Any) -> str | bytes:
-    try:
-        return orjson.dumps(document)
-    except TypeError:  # an integer wider than 64 bits, which JSON allows
-        return json.dumps(document, ensure_ascii=False)
 
 
 def _flatten(documents: list[Any]) -> list[Any] | None:

@@ -23,17 +23,21 @@ leaves ``running`` or is deleted.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Self, TypeVar
 
-from .._json import check_text, dump_object
+from pydantic import ValidationError
+
+from .._json import damaged, dump_document, dump_object, load_document
 from .._lovia_guard import own_calls
 from ..checkpoints import sql as sql_checkpoints
+from ..checkpoints.contract import RunHead as StoredHead
 from ..checkpoints.leases import DEFAULT_LEASE_TTL, HeldLease, check_ttl
 from ..db.store import SQLStore, StoreTarget
-from ..entries import Where, json_documents, rows_of, session_rows
+from ..entries import Where, json_documents, name_unknown_entry, rows_of, session_rows
+from ..entry_shapes import ENTRY_LIST
+from ..entry_shapes import entry_from_dict as entry_from_native_dict
 from ..errors import MissingDriverError, UserError
 from ..sessions import sql as sql_sessions
 from ..sessions.contract import ForkOrigin, check_append
@@ -70,18 +74,21 @@ def _name(value: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _dump(document: Any, what: str) -> str:
-    try:
-        text = json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise UserError(f"{what} cannot be stored as JSON exactly: {exc}") from None
-    check_text(text, what)  # a lone surrogate, in a value or a key: no UTF-8 form
-    return text
+def _details(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
 
 def encode_entries(entries: Sequence[object]) -> EncodedRun:
-    """lovia entries as stored rows: type, call id and the JSON of ``entry_to_dict``."""
+    """lovia entries as stored rows: type, call id and the JSON of ``entry_to_dict``.
+
+    Each document must be exact JSON (``dump_document``) and an entry the stores read
+    back (lovia-store's entry model, which every reader of the rows applies): a value
+    lovia's own converter cannot take, or one no reader would read, is a
+    ``UserError`` naming the entry, before anything is written."""
+    if not isinstance(entries, list | tuple):
+        raise UserError(f"entries must be a list of lovia transcript entries, not {_name(entries)}")
     run = EncodedRun([], [], [])
+    documents = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, _ENTRY_CLASSES):
             raise UserError(f"entries[{index}] is {_name(entry)}, not a lovia transcript entry")
@@ -89,9 +96,23 @@ def encode_entries(entries: Sequence[object]) -> EncodedRun:
             document = entry_to_dict(entry)
         except RecursionError:  # lovia's own converter recurses on each level
             raise UserError(f"entries[{index}] is nested too deep to store") from None
+        except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind
+            raise UserError(f"entries[{index}] cannot be stored: {exc}") from None
         run.types.append(entry.type)
         run.call_ids.append(document.get("call_id"))
-        run.documents.append(_dump(document, f"entries[{index}]"))
+        run.documents.append(dump_document(document, f"entries[{index}]"))
+        documents.append(document)
+    try:
+        ENTRY_LIST.validate_python(documents)
+    except ValidationError:
+        for index, document in enumerate(documents):
+            try:
+                entry_from_native_dict(document)
+            except ValidationError as exc:
+                raise UserError(
+                    f"entries[{index}] is not an entry the stores read back ({_details(exc)})"
+                ) from None
+        raise
     return run
 
 
@@ -99,8 +120,54 @@ def decode_entries(
     rows: Sequence[str | bytes], where: Where | None = None
 ) -> list[TranscriptEntry]:
     """Stored documents as lovia's entries; a damaged one is a ``StoredValueError``
-    naming its row (``where``)."""
-    return [entry_from_dict(document) for document in json_documents(rows, where)]
+    naming its row (``where``), an unknown entry type an ``UnknownEntryTypeError``.
+    Checked by the entry model every reader applies (strict about types), then
+    converted by lovia's own ``entry_from_dict``."""
+    documents = json_documents(rows, where)
+    try:
+        ENTRY_LIST.validate_python(documents)
+    except ValidationError:
+        name_unknown_entry(documents, where)
+        raise
+    entries = []
+    for index, document in enumerate(documents):
+        try:
+            entries.append(entry_from_dict(document))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            message = f"a stored document is not a lovia transcript entry ({exc!r})"
+            raise damaged(message, where, index) from None
+    return entries
+
+
+def _head_document(head: RunHead) -> tuple[str, str]:
+    """The head's status and JSON: exact, and a head the stores read back (a damaged
+    head would fail every ``list_runs``), else ``UserError``."""
+    try:
+        document = head.to_dict()
+    except RecursionError:  # lovia's to_json_safe recurses on each level
+        raise UserError("head is nested too deep to store") from None
+    except (TypeError, ValueError, AttributeError) as exc:  # usage=None, ...
+        raise UserError(f"head cannot be stored: {exc!r}") from None
+    text = dump_document(document, "head")
+    try:
+        StoredHead.model_validate(document)
+    except ValidationError as exc:
+        raise UserError(f"head is not a run head the stores read back ({_details(exc)})") from None
+    return document["status"], text
+
+
+def _decode_head(run_id: str, text: str | bytes) -> RunHead:
+    """A stored head as lovia's; a damaged one is a ``StoredValueError`` naming the run."""
+    where: Where = ("lovia_run_heads", "head_json", lambda _: {"run_id": run_id})
+    document = load_document(text, where)
+    try:
+        StoredHead.model_validate(document)
+    except ValidationError as exc:
+        raise damaged(f"a stored RunHead is not valid ({_details(exc)})", where) from None
+    try:
+        return RunHead.from_dict(document)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise damaged(f"a stored RunHead is not lovia's ({exc!r})", where) from None
 
 
 class _Adapter(Generic[Native]):
@@ -265,7 +332,7 @@ class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
             self._fresh.add(run_id)
             return None
         head_json, documents = stored
-        head = RunHead.from_dict(json.loads(head_json))
+        head = _decode_head(run_id, head_json)
         if head.status not in _RESUMABLE:  # a replay executes nothing
             await self._let_go(run_id)
         self._fresh.discard(run_id)
@@ -278,19 +345,19 @@ class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
         if not isinstance(head, RunHead):
             raise UserError(f"head must be a lovia.checkpointer.RunHead, not {_name(head)}")
         run = encode_entries(entries)
-        head_json = _dump(head.to_dict(), "head")
+        status, head_json = _head_document(head)
         held = await self._hold(run_id)
         first = run_id in self._fresh
         await self._native.append_encoded(
             run_id,
-            head.status,
+            status,
             head_json,
             run.documents,
             lease=held.lease if held is not None else None,
             first=first,
         )
         self._fresh.discard(run_id)
-        if head.status != "running":
+        if status != "running":
             await self._let_go(run_id)
 
     async def delete(self, run_id: str) -> None:

@@ -16,7 +16,7 @@ from .._json import load_object
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
 from ..db.text_sql import utf8_bytes, utf8_bytes_every_row
-from ..entries import expand_documents
+from ..entries import expand_documents, session_rows
 
 __all__ = [
     "BATCH",
@@ -57,7 +57,7 @@ SEGMENT_RUNS = (
 def _meta(session_id: str, run_id: str, text: str | None) -> dict[str, Any] | None:
     """A run's stored meta; a damaged one is a ``StoredValueError`` naming the run."""
     key: dict[str, object] = {"session_id": session_id, "run_id": run_id}
-    return load_object(text, ("lovia_session_runs", "meta_json", key))
+    return load_object(text, ("lovia_session_runs", "meta_json", lambda _: key))
 
 
 def build_segments(
@@ -84,7 +84,8 @@ def build_segments(
         if key is not None and end > start:
             run_id, request_id = key
             meta = _meta(session_id, run_id, metas.get(run_id)) if run_id is not None else None
-            entries = decode(expand_documents(documents[start:end]))
+            where = session_rows(session_id, rows[start:end])
+            entries = decode(expand_documents(documents[start:end], where))
             out.append((run_id or request_id, entries, meta))
 
     for index, (sequence, request_id, run_id, _) in enumerate(rows):

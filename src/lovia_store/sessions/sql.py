@@ -76,7 +76,7 @@ class SQLSession(SQLStore):
 
         documents = await self.database.read_one(LOAD, {"sid": session_id}, first_column=True)
         # One document per entry: a row holding several (a zett message) is split.
-        return expand_documents(documents)
+        return expand_documents(documents, session_rows(session_id))
 
     def iter_entries(self, session_id: str, *, batch: int = 1000) -> AsyncIterator[TranscriptEntry]:
         """The entries of ``load``, in order, read ``batch`` at a time: for sessions too

@@ -19,7 +19,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import (
@@ -39,6 +38,7 @@ from zett_agent.messages import (
 )
 from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages
 
+from ..._json import dump_document, dump_trusted, load_document
 from ...entries import (
     MULTIPLE_ENTRIES,
     AssistantTextEntry,
@@ -90,14 +90,17 @@ def _encode(message: Any) -> str:
 
     zett builds the document with ``dataclasses.asdict``, whose deep copies cost
     more than the rest of an append's Python; ``_plain`` builds the same document
-    without copying, and the same ``json.dumps`` call writes it (a test compares
-    the two on generated messages).
+    without copying, and the shared codec (``dump_document``) writes it as zett's
+    ``json.dumps`` call does (a test compares the two on generated messages), having
+    refused what JSON cannot carry exactly: a lone surrogate, NaN, a key that is not
+    a string, nesting past ``MAX_DEPTH``.
     """
-    document = {"kind": _KIND_OF[type(message)], "data": _plain(message)}
+    what = type(message).__name__
     try:
-        return json.dumps(document, default=_bytes, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:  # a value JSON cannot hold, NaN, a set...
-        raise UserError(f"{type(message).__name__} cannot be stored as JSON: {exc}") from exc
+        document = {"kind": _KIND_OF[type(message)], "data": _plain(message)}
+    except RecursionError:
+        raise UserError(f"{what} is nested too deep to store") from None
+    return dump_document(document, what, separators=(", ", ": "), default=_bytes, opaque=(bytes,))
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -141,23 +144,16 @@ def project(envelope: str) -> Projection:
     The projection builds entries in lovia's JSON shape itself (every field, of its
     type), so they are written as built, not validated again on every append.
     """
-    entries = entries_from_envelope(orjson.loads(envelope))
+    entries = entries_from_envelope(load_document(envelope))
     if len(entries) == 1:
         entry = entries[0]
-        return Projection(entry["type"], entry.get("call_id"), _json(entry))
-    return Projection(MULTIPLE_ENTRIES, None, _json(entries))
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # an integer wider than 64 bits in a call's arguments
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return Projection(entry["type"], entry.get("call_id"), dump_trusted(entry))
+    return Projection(MULTIPLE_ENTRIES, None, dump_trusted(entries))
 
 
 def summary_text(message: CompactedMessage) -> str:
     """The summary's text, for our own ``summary_json`` beside zett's envelope."""
-    return text_of(orjson.loads(_encode(message))["data"].get("content"))
+    return text_of(load_document(_encode(message))["data"].get("content"))
 
 
 def decode_envelopes(envelopes: Sequence[str], where: Sequence[dict[str, object]]) -> list[Any]:
@@ -169,11 +165,18 @@ def decode_envelopes(envelopes: Sequence[str], where: Sequence[dict[str, object]
         return []
     try:
         return decode_messages("[" + ",".join(envelopes) + "]")
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         for envelope, row in zip(envelopes, where, strict=True):
             try:
                 decode_messages(f"[{envelope}]")
-            except (ValidationError, ValueError, KeyError, TypeError, binascii.Error) as exc:
+            except (
+                ValidationError,
+                ValueError,
+                KeyError,
+                TypeError,
+                RecursionError,
+                binascii.Error,
+            ) as exc:
                 raise StoredValueError(
                     f"Stored message is not a zett-agent message: {exc}",
                     table="lovia_messages",
@@ -188,7 +191,7 @@ def decode_compacted(envelope: str, row: dict[str, object]) -> CompactedMessage:
     messages: list[object]
     try:
         messages = list(decode_messages(f"[{envelope}]"))
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         messages = []
     if len(messages) != 1 or not isinstance(messages[0], CompactedMessage):
         raise StoredValueError(

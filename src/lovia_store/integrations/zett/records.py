@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.extensions.persistence import (
     ContextSnapshot,
@@ -22,8 +21,15 @@ from zett_agent.extensions.persistence import (
 )
 from zett_agent.json_types import json_object
 
-from ...entries import ToolCallEntry, entries_from_json_rows, expand_documents
+from ...entries import (
+    ToolCallEntry,
+    Where,
+    entries_from_json_rows,
+    expand_documents,
+    stored_model,
+)
 from ...errors import StoredValueError
+from ...sessions.raw_log import models as core
 from ...sessions.raw_log.reads import view_fields
 from ...sessions.raw_log.records import record_fields
 from .codec import decode_compacted, decode_envelopes, message_from_entries
@@ -61,14 +67,24 @@ def _messages(rows: Sequence[Any]) -> list[Any]:
     if len(enveloped) < len(rows):
         plain = [i for i, row in enumerate(rows) if row[_ENVELOPE] is None]
         documents = [rows[i][5] for i in plain]
-        if len(expand_documents(documents)) == len(documents):  # one entry per row
-            per_row = [[entry] for entry in entries_from_json_rows(documents)]
+        where = _at(rows, plain)
+        if len(expand_documents(documents, where)) == len(documents):  # one entry per row
+            per_row = [[entry] for entry in entries_from_json_rows(documents, where)]
         else:  # a row a rewind shortened still holds several (and lost its envelope)
-            per_row = [entries_from_json_rows([document]) for document in documents]
+            per_row = [entries_from_json_rows([rows[i][5]], _at(rows, [i])) for i in plain]
         names = {e.call_id: e.name for es in per_row for e in es if isinstance(e, ToolCallEntry)}
         for i, entries in zip(plain, per_row, strict=True):
             out[i] = message_from_entries(entries, names)
     return out
+
+
+def _at(rows: Sequence[Any], indices: Sequence[int]) -> Where:
+    """The entry documents of ``rows`` at ``indices``, named by session and sequence."""
+    return (
+        "lovia_messages",
+        "entry_json",
+        lambda i: {"session_id": rows[indices[i]][0], "sequence": rows[indices[i]][1]},
+    )
 
 
 def _record(row: Any, message: Any) -> RawMessageRecord:
@@ -96,7 +112,13 @@ def snapshot_from_row(row: Any) -> ContextSnapshot:
         key = {"session_id": row.session_id, "version": row.version}
         compacted = decode_compacted(row.envelope_json, key)
     else:  # a snapshot our own Raw Log API wrote: its summary text
-        compacted = CompactedMessage(content=orjson.loads(row.summary_json)["content"])
+        where: Where = (
+            "lovia_snapshots",
+            "summary_json",
+            lambda _: {"session_id": row.session_id, "version": row.version},
+        )
+        summary = stored_model(core.CompactedMessage, row.summary_json, where)
+        compacted = CompactedMessage(content=summary.content)
     return ContextSnapshot(
         id=row.snapshot_id,
         session_id=row.session_id,

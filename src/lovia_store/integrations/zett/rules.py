@@ -10,13 +10,12 @@ strings of up to 255 characters), which zett does not do.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zett_agent.json_types import json_object
 
-from ..._json import check_value
+from ..._json import dump_document
 from ...errors import LoviaStoreError, SnapshotConflictError, UserError
 from ...sessions.raw_log.ids import new_uuid7
 from ...sessions.raw_log.rules import MAX_SESSION_TYPE, check_display_text
@@ -129,8 +128,8 @@ def encode_context(value: Mapping[str, Any] | None, what: str, *, nonempty_keys:
         validated = json_object(value, field_name=what, nonempty_keys=nonempty_keys)
     except (ValueError, TypeError, RecursionError) as exc:
         raise UserError(str(exc)) from None
-    check_value(validated, what)  # lone surrogates and depth, which zett's rule lets through
-    return json.dumps(validated, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    # The shared codec refuses the lone surrogates and depth zett's rule lets through.
+    return dump_document(validated, what, separators=(", ", ": "), sort_keys=True)
 
 
 def parent_mismatch(sid: str, stored: str | None, given: str | None) -> Exception:
