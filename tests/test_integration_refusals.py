@@ -366,3 +366,20 @@ async def _restore(url: str) -> None:
         "DELETE FROM lovia_sessions",
     )
     await _populate(url)
+
+
+async def test_a_lovia_call_whose_arguments_nest_10000_deep_reads_through_zett(
+    tmp_path: Path,
+) -> None:
+    """lovia's arguments are a string the drop-in stores as given; zett's view decodes
+    them, and arguments no decoder reads are zett's undecodable call, not a raw error."""
+    path = tmp_path / "both.sqlite3"
+    arguments = "[" * DEEP + "]" * DEEP
+    async with drop_in.SQLiteSession(path) as session:
+        await session.append("s", [LoviaCall(call_id="c", name="t", arguments=arguments)])
+        assert (await session.load("s"))[0].arguments == arguments
+    async with SQLSessionStorage(path) as storage:
+        (record,) = await storage.list_raw_messages("s")
+    (call,) = record.message.tool_calls
+    assert call.arguments == {} and call.error is not None
+    assert call.error.startswith("arguments are not a JSON object")
