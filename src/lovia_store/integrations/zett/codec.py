@@ -249,7 +249,7 @@ def message_from_entry(entry: TranscriptEntry, call_names: Mapping[str, str]) ->
 def _tool_call(entry: ToolCallEntry) -> ToolCall:
     try:
         arguments = json.loads(entry.arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past any decoder
         arguments = None
     if isinstance(arguments, dict):
         return ToolCall(id=entry.call_id, name=entry.name, arguments=arguments)
