@@ -126,7 +126,9 @@ def encode_context(value: Mapping[str, Any] | None, what: str, *, nonempty_keys:
         return "{}"
     try:
         validated = json_object(value, field_name=what, nonempty_keys=nonempty_keys)
-    except (ValueError, TypeError, RecursionError) as exc:
+    except RecursionError:  # zett's rule recurses on each level
+        raise UserError(f"{what} is nested too deep to store") from None
+    except (ValueError, TypeError) as exc:
         raise UserError(str(exc)) from None
     # The shared codec refuses the lone surrogates and depth zett's rule lets through.
     return dump_document(validated, what, separators=(", ", ": "), sort_keys=True)
