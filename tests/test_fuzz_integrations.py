@@ -121,7 +121,7 @@ zett_message = st.one_of(
     st.builds(
         UserMessage,
         content=text | st.lists(st.builds(TextContent, text), max_size=2),
-        attributes=mapping,
+        attributes=st.just({}) | mapping,
     ),
     st.builds(
         AssistantMessage,
@@ -139,7 +139,7 @@ zett_message = st.one_of(
     ),
     st.builds(ToolMessage, tool_call_id=text, name=text, content=text, success=st.booleans()),
     st.builds(SystemMessage, content=text),
-    st.builds(AgentMessage, content=text, attributes=mapping),
+    st.builds(AgentMessage, content=text, attributes=st.just({}) | mapping),
 )
 usage = st.one_of(
     st.none(),
@@ -273,11 +273,11 @@ def test_hostile_zett_values_are_stored_exactly_or_refused_typed(tmp_path: Path)
     @FUZZ
     @given(
         zett_message,
-        st.just("request") | text,
-        st.none() | mapping,
+        st.just("request") | st.just("request 🦀") | text,
+        st.none() | st.just({"k": 1}) | mapping,
         st.none() | mapping,
         usage,
-        st.none() | text,
+        st.none() | st.just("a title") | text,
     )
     def check(
         message: Any, request_id: Any, metadata: Any, tags: Any, used: Any, title: Any
