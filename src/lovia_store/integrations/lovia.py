@@ -9,8 +9,11 @@ session written here reads through ``lovia_store.SQLSession``, the Raw Log API
 and the command line, and the reverse.
 
 Entries cross the boundary as dicts: lovia's ``entry_to_dict`` and
-``entry_from_dict`` against the stored JSON documents, with no pydantic model
-in between (lovia's objects are trusted; the JSON is still checked to be exact).
+``entry_from_dict`` against the stored JSON documents, through the one codec
+(``lovia_store._json``): what is written is exact JSON and an entry (or head) every
+reader of the rows reads back, checked by lovia-store's entry model, else a
+``UserError``; a stored document that is not is a ``StoredValueError`` naming its
+row, never a raw ``KeyError`` or ``TypeError`` from lovia's converter.
 
 The checkpointer adds what lovia has not: a lease per run. Loading a run that
 can resume takes its lease (``RunInProgressError`` while another live worker
