@@ -288,7 +288,9 @@ async def test_serializable_contention_reaches_no_caller(pg_database: str, throu
     and nothing is lost or stored twice."""
     url = pg_database if through == "direct" else pooled_url(pg_database)
     errors: list[BaseException] = []
-    async with Database(url, isolation_level="SERIALIZABLE") as db:
+    # Retries last as long as busy_timeout: generous, so a loaded machine slows the test
+    # down instead of failing it (a clean-clone run under load exceeded the 5 s default).
+    async with Database(url, isolation_level="SERIALIZABLE", busy_timeout=120) as db:
         sessions, runs, storage = SQLSession(db), SQLCheckpointer(db), SQLSessionStorage(db)
 
         async def worker(n: int) -> None:
