@@ -134,8 +134,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         and (item.path.name in THROUGH_THE_POOLER or not _pooled_case(item))
     ]
     if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-        items[:] = kept
+        chosen = set(kept)
+        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+    items[:] = heaviest_files_first(kept)
+
+
+def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Files holding slow tests first, then by number of tests, each file's tests in
+    their order. xdist (``--dist loadfile --no-loadscope-reorder``) hands files out in
+    this order, so a few long files (lovia's suite, the wheels, the kill matrices)
+    start early instead of keeping one worker busy while the other idles at the end."""
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[int, int]:
+        slow = sum(1 for t in tests if t.get_closest_marker("slow") is not None)
+        return (-slow, -len(tests))
+
+    ordered = sorted(by_file.values(), key=weight)
+    return [item for tests in ordered for item in tests]
 
 
 def _pooled_case(item: pytest.Item) -> bool:
