@@ -1,27 +1,23 @@
-"""The schema's tables as the stores and migrations use them, through Core.
+"""The schema: our tables, declared in Core, as the stores and migrations use them.
 
-They are the tables of the ORM models in ``lovia_store.models``, the one
-description of the schema: there is nothing to keep in step here.
+The one description of the schema. ``lovia_store.models`` maps its read-only
+ORM classes onto these very tables (``__table__``), so a host's ORM queries and
+our stores see the same columns, and a store never loads ``sqlalchemy.orm``.
+
+Every table carries the ``lovia_`` prefix because hosts share their database
+with us. The naming convention makes constraint names deterministic, which
+Alembic's autogenerate and SQLite batch migrations rely on.
+
+Ids (``Id``: sessions, runs, requests, tool calls) compare exactly on every
+backend; see ``lovia_store.models`` for what that means on MySQL and MariaDB.
+Stored JSON columns (``*_json``) hold the exact text the stores wrote.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, MetaData, String, Table
 
-from sqlalchemy import Table
-
-from ..models import (
-    MessageRow,
-    RunEntryRow,
-    RunHeadRow,
-    RunLeaseRow,
-    SchemaVersionRow,
-    SessionRow,
-    SessionRunRow,
-    SnapshotRow,
-    ToolEffectRow,
-    metadata,
-)
+from .types import Id, JsonText, UTCDateTime
 
 __all__ = [
     "VERSION_TABLE",
@@ -40,12 +36,184 @@ __all__ = [
 VERSION_TABLE = "lovia_alembic_version"
 """Alembic's bookkeeping under our own name, so a host's ``alembic_version`` is untouched."""
 
-schema_versions = cast(Table, SchemaVersionRow.__table__)
-sessions = cast(Table, SessionRow.__table__)
-messages = cast(Table, MessageRow.__table__)
-session_runs = cast(Table, SessionRunRow.__table__)
-snapshots = cast(Table, SnapshotRow.__table__)
-run_heads = cast(Table, RunHeadRow.__table__)
-run_entries = cast(Table, RunEntryRow.__table__)
-tool_effects = cast(Table, ToolEffectRow.__table__)
-run_leases = cast(Table, RunLeaseRow.__table__)
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+"""Our tables only. Never add it to a host's Alembic ``target_metadata``:
+our migrations own these tables (docs/embedding.md)."""
+
+_SESSION_FK = "lovia_sessions.session_id"
+
+schema_versions = Table(
+    "lovia_schema",
+    metadata,
+    Column("store", String(64), primary_key=True),
+    Column("version", Integer(), nullable=False),
+)
+"""The ``lovia_schema`` gate: one row per store family that owns the file."""
+
+sessions = Table(
+    "lovia_sessions",
+    metadata,
+    Column("session_id", Id, primary_key=True),
+    Column("parent_session_id", Id),
+    Column("session_type", Integer(), server_default="0", nullable=False),
+    Column("title", String(200)),
+    Column("agent_name", String(64)),
+    Column("last_sequence", BigInteger(), server_default="0", nullable=False),
+    Column("message_count", BigInteger(), server_default="0", nullable=False),
+    Column("run_count", BigInteger(), server_default="0", nullable=False),
+    Column("snapshot_version", Integer(), server_default="0", nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column(
+        "forked_from_session_id",
+        Id,
+        doc="The session this one was forked from (``fork``); NULL otherwise.",
+    ),
+    Column("forked_at_entry", BigInteger(), doc="How many of the origin's entries the fork took."),
+    Index(None, "updated_at", "session_id"),
+    Index(None, "parent_session_id"),
+)
+"""A session's identity plus the counters that make appends O(1).
+
+The next sequence and the latest snapshot version live here, bumped in
+the same statement that takes the row lock, so no writer ever reads MAX()
+over the history (``lovia_store.sessions.log``)."""
+
+messages = Table(
+    "lovia_messages",
+    metadata,
+    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    Column("sequence", BigInteger(), primary_key=True),
+    Column("request_id", Id, nullable=False),
+    Column("run_id", Id),
+    Column("entry_type", String(32), nullable=False),
+    Column("call_id", Id),
+    Column("entry_json", JsonText, nullable=False),
+    Column("envelope_json", JsonText),
+    Column("metadata_json", JsonText),
+    Column("tags_json", JsonText),
+    Column("started_at", UTCDateTime()),
+    Column("completed_at", UTCDateTime()),
+    Column("duration_ns", BigInteger()),
+    Column("reasoning_started_at", UTCDateTime()),
+    Column("reasoning_completed_at", UTCDateTime()),
+    Column("reasoning_duration_ns", BigInteger()),
+    Column("content_started_at", UTCDateTime()),
+    Column("content_completed_at", UTCDateTime()),
+    Column("content_duration_ns", BigInteger()),
+    Column("input_tokens", BigInteger()),
+    Column("output_tokens", BigInteger()),
+    Column("cache_read_tokens", BigInteger()),
+    Column("cache_write_tokens", BigInteger()),
+    Column("reasoning_tokens", BigInteger()),
+    Column("message_id", String(64)),
+    # The caller's key for a Raw Log append (NULL without one): unique per session.
+    Column("idempotency_key", Id),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # NULL until the row is changed (trim_tool_results); readers show created_at.
+    Column("updated_at", UTCDateTime()),
+    # A keyed Raw Log append is stored once per session (re-issuing it returns the row).
+    Index(None, "session_id", "idempotency_key", unique=True),
+)
+"""The immutable Raw Log: one row per message, read by both public APIs.
+
+A row is one transcript entry (``entry_type`` its type), or, for a
+zett-agent message holding several, their JSON array (``entry_type``
+``"multiple"``)."""
+
+session_runs = Table(
+    "lovia_session_runs",
+    metadata,
+    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    Column("run_id", Id, primary_key=True),
+    Column("position", BigInteger(), nullable=False),
+    Column("first_sequence", BigInteger(), nullable=False),
+    Column("entry_count", BigInteger(), nullable=False),
+    Column("meta_json", JsonText),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "session_id", "position"),
+)
+"""One finished run (segment) of a session: what makes lovia's append idempotent."""
+
+snapshots = Table(
+    "lovia_snapshots",
+    metadata,
+    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    Column("version", Integer(), primary_key=True),
+    Column("snapshot_id", String(64), nullable=False),
+    Column("compacted_through_sequence", BigInteger(), nullable=False),
+    Column("summary_json", JsonText, nullable=False),
+    Column("envelope_json", JsonText),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+"""A compaction snapshot: immutable, versioned per session (optimistic versions)."""
+
+run_heads = Table(
+    "lovia_run_heads",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("head_json", JsonText, nullable=False),
+    Column("entry_count", BigInteger(), server_default="0", nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column(
+        "session_id",
+        Id,
+        doc="The session the run appends to when it finishes, when its writer said "
+        "(retention keeps it while the run can resume); NULL otherwise.",
+    ),
+    Index(None, "status", "updated_at"),
+    Index(None, "session_id"),
+)
+"""A run in flight: its small mutable head (status, the head's JSON)."""
+
+run_entries = Table(
+    "lovia_run_entries",
+    metadata,
+    Column("run_id", Id, ForeignKey("lovia_run_heads.run_id"), primary_key=True),
+    Column("position", BigInteger(), primary_key=True),
+    Column("entry_json", JsonText, nullable=False),
+)
+"""A run's append-only entry log, beside its head."""
+
+tool_effects = Table(
+    "lovia_tool_effects",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("call_id", Id, primary_key=True),
+    Column("tool_name", String(255), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("result_json", JsonText),
+)
+"""What a run's side-effecting tool call did.
+
+An intent row before a call runs (for tools that are not simply
+at-least-once), and the outcome when the tool committed its effect
+through the same transaction."""
+
+run_leases = Table(
+    "lovia_run_leases",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("token", BigInteger(), nullable=False),
+    Column("lease_id", String(32), nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("expires_ms", BigInteger(), nullable=False),
+)
+"""Who executes a run right now.
+
+``token`` grows on every takeover and every checkpoint write names the
+token it was issued under, so a worker that stalled past its lease is
+fenced off. ``lease_id`` is unique per acquisition; ``expires_ms`` is the
+database clock's epoch milliseconds, so hosts' clocks never have to agree.
+The row outlives a released lease: the token must never repeat while the
+run exists."""

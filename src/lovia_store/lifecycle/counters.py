@@ -1,6 +1,6 @@
 """``counter_mismatches``: the session and run rows whose counters disagree with their rows.
 
-A session row carries the counters that make appends O(1) (``lovia_store.models``):
+A session row carries the counters that make appends O(1) (``lovia_store.db.tables``):
 ``message_count`` is the number of its Raw Log rows, ``last_sequence`` the highest
 sequence ever reserved (a rewind leaves it, so it may be above the highest stored),
 ``run_count`` the highest segment position ever given (likewise), and

@@ -67,7 +67,9 @@ def _page(
 
     def work(conn: Connection) -> list[dict[str, Any]]:
         result = conn.execute(query)
-        keys = list(result.keys())
+        # Plain str: a Core column's name is SQLAlchemy's quoted_name, a str subclass
+        # that orjson refuses as a key (encode_record).
+        keys = list(map(str, result.keys()))
         rows = [dict(zip(keys, row, strict=True)) for row in result]
         for row in rows:
             _check_text(kind, row)

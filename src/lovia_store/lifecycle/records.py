@@ -6,7 +6,7 @@ them, session by session: the session row, then its Raw Log messages, its
 segments (finished runs) and its snapshots; then the checkpoint side: each
 run head followed by its entries, then tool effects, then run leases.
 
-Records are driven by the tables in ``lovia_store.models``: a record holds
+Records are driven by the tables in ``lovia_store.db.tables``: a record holds
 one row's columns by name, so a column a migration adds travels with no
 change here. Values are JSON: integers as integers, text as strings (the
 ``*_json`` columns hold the exact text the stores wrote, a JSON document in a

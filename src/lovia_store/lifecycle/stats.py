@@ -19,8 +19,7 @@ from sqlalchemy import BigInteger, Connection, bindparam, case, cast, func, sele
 from sqlalchemy.types import LargeBinary
 
 from ..db.database import Database
-from ..db.tables import messages, run_heads, sessions
-from ..models import metadata
+from ..db.tables import messages, metadata, run_heads, sessions
 from ..validation import check_count
 from .targets import Target, opened
 
