@@ -21,7 +21,7 @@ from sqlalchemy.schema import CreateTable
 
 from backends import HERE, fresh_server_database
 from lovia_store import Database, upgrade
-from lovia_store.db import executors
+from lovia_store.db import async_executor as executors
 from lovia_store.db.mysql_ddl import TABLE_PREFIX  # registers the rule, as env.py does
 from lovia_store.db.tables import metadata
 
@@ -32,7 +32,7 @@ import asyncio, sys
 sys.path.insert(0, sys.argv[2])
 from helpers import a_run
 from lovia_store import SQLSession, upgrade
-from lovia_store.db import executors
+from lovia_store.db import async_executor as executors
 
 async def main() -> None:
     if sys.argv[3] == "migration, unfiltered":  # the primary keys' own fix, alone

@@ -12,12 +12,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
 from ..errors import (
@@ -29,7 +28,7 @@ from ..errors import (
     UserError,
 )
 from .errors import read_retry_safe, worth_retrying
-from .executors import AsyncExecutor, Executor, Work, make_async_engine
+from .executors import Executor, Work, is_async_engine
 from .prepared import Prepared, prepare_dialect
 from .private_files import keep_sqlite_files_private
 from .replicas import Replicas
@@ -42,6 +41,9 @@ from .urls import (
     take_pooler,
     to_url,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["Database", "Work", "as_database"]
 
@@ -141,7 +143,9 @@ class Database:
         self.wal = wal
         self.schema = schema
         self._executor: Executor
-        if isinstance(target, AsyncEngine):
+        if is_async_engine(target):
+            from .async_executor import AsyncExecutor, in_schema
+
             if engine_options or echo or wal:
                 raise UserError(
                     "wal, echo and engine options apply only to an engine lovia-store creates; "
@@ -198,6 +202,8 @@ class Database:
             if path is not None:  # owner-only files (docs/guarantees.md)
                 keep_sqlite_files_private(executor.engine, url, path)
             return executor
+        # Only a server (or a caller's AsyncEngine) loads SQLAlchemy's asyncio extension.
+        from .async_executor import AsyncExecutor, in_schema, make_async_engine
 
         def create() -> AsyncEngine:
             engine = make_async_engine(url, echo=echo, options=options, pooler=pooler)
@@ -233,7 +239,9 @@ class Database:
             )
         executors: list[Executor] = []
         for target in targets:
-            if isinstance(target, AsyncEngine):
+            if is_async_engine(target):
+                from .async_executor import AsyncExecutor, in_schema
+
                 placed = in_schema(target, schema)
                 same = functools.partial(_same, placed)
                 executors.append(AsyncExecutor(placed, owned=False, recreate=same))
@@ -269,7 +277,7 @@ class Database:
         attach to (``engine`` itself on a SQLite file lovia-store opens, an
         ``AsyncEngine``'s ``sync_engine`` otherwise): see docs/observability.md."""
         engine = self._executor.engine
-        return engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+        return engine.sync_engine if is_async_engine(engine) else engine
 
     # -- schema ---------------------------------------------------------------
 
@@ -542,16 +550,6 @@ def _check_schema(schema: str | None, backend: str) -> None:
             f"schema={schema!r} applies only to PostgreSQL; a {backend} database "
             "has a single namespace (use another file or database instead)"
         )
-
-
-def in_schema(engine: AsyncEngine, schema: str | None) -> AsyncEngine:
-    """``engine`` with every one of our (schema-less) tables rendered in ``schema``.
-
-    The returned engine shares the pool; only statements made through it are placed.
-    """
-    if schema is None:
-        return engine
-    return engine.execution_options(schema_translate_map={None: schema})
 
 
 def as_database(

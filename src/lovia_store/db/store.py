@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-from typing import Self
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING, Self, TypeAlias
 
 from .database import Database, as_database
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = ["SQLStore", "StoreTarget"]
 
-StoreTarget = Database | AsyncEngine | str | os.PathLike[str]
+# A string: a SQLite store never imports SQLAlchemy's asyncio extension (nor its ORM).
+StoreTarget: TypeAlias = "Database | AsyncEngine | str | os.PathLike[str]"
 
 
 class SQLStore:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..db.database import Database
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = ["Target", "opened"]
 
-Target = Database | AsyncEngine | str | os.PathLike[str]
+# A string: opening a SQLite file never imports SQLAlchemy's asyncio extension.
+Target: TypeAlias = "Database | AsyncEngine | str | os.PathLike[str]"
 
 
 @contextlib.asynccontextmanager
