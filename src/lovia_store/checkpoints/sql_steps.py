@@ -67,7 +67,7 @@ def _prepared_upsert(dialect: str, links_session: bool) -> Prepared:
 per_dialect(lambda name: (_prepared_upsert(name, False), _prepared_upsert(name, True)))
 
 
-def _append_in_one_statement(links_session: bool) -> Prepared:
+def _append_in_one_statement(links_session: bool) -> Executable:
     """PostgreSQL: a step as one statement (one round trip, not two).
 
     Data-modifying CTEs: the head upsert reserves the positions, then the
@@ -88,11 +88,13 @@ def _append_in_one_statement(links_session: bool) -> Prepared:
             documents.c.entry_json,
         ).select_from(head.join(documents, true())),
     )
-    return Prepared(select(head.c.entry_count).add_cte(rows.cte("entries")))
+    return select(head.c.entry_count).add_cte(rows.cte("entries"))
 
 
-_APPEND_IN_ONE_STATEMENT = _append_in_one_statement(False)
-_APPEND_LINKING_IN_ONE_STATEMENT = _append_in_one_statement(True)
+_APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", lambda: _append_in_one_statement(False))
+_APPEND_LINKING_IN_ONE_STATEMENT = Prepared.only_on(
+    "postgresql", lambda: _append_in_one_statement(True)
+)
 ENTRY_COUNT = Prepared(select(h.entry_count).where(h.run_id == bindparam("run_id")))
 _INSERT_ENTRIES = Prepared(
     run_entries.insert().values({c: bindparam(c) for c in ("run_id", "position", "entry_json")})

@@ -6,7 +6,9 @@ Code outside this module asks ``capabilities(conn)`` what the backend can do
 Each statement is built once per dialect (when a ``Database`` opens on it:
 ``per_dialect``) and compiled once per engine (``Prepared``), so the hot paths pay
 neither statement construction nor SQLAlchemy's per-execution parameter
-handling on every call.
+handling on every call. A dialect's own module (its ``insert`` with conflict
+clauses) is imported when a statement is first built for it: a SQLite process
+never loads PostgreSQL's or MySQL's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import BigInteger, Connection, Table, bindparam
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
@@ -71,7 +72,12 @@ def _insert_ignore(dialect: str, table: Table, columns: tuple[str, ...]) -> Prep
     values: dict[str, Any] = {name: bindparam(name) for name in columns}
     if dialect in MYSQL:
         return Prepared(table.insert().prefix_with("IGNORE").values(values))
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return Prepared(pg_insert(table).values(values).on_conflict_do_nothing())
+    from sqlalchemy.dialects.sqlite import insert
+
     return Prepared(insert(table).values(values).on_conflict_do_nothing())
 
 
@@ -99,14 +105,19 @@ def upsert(
     Without ``returning`` capability (MySQL) its callers read the (now locked) row back.
     """
     if not _CAPABILITIES[dialect].returning:
-        return mysql.insert(table).values(values).on_duplicate_key_update(**changes)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        insert(table)
-        .values(values)
-        .on_conflict_do_update(index_elements=list(table.primary_key.columns), set_=changes)
-        .returning(*returning)
-    )
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        return mysql_insert(table).values(values).on_duplicate_key_update(**changes)
+    keys = list(table.primary_key.columns)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        pg = pg_insert(table).values(values)
+        return pg.on_conflict_do_update(index_elements=keys, set_=changes).returning(*returning)
+    from sqlalchemy.dialects.sqlite import insert
+
+    lite = insert(table).values(values)
+    return lite.on_conflict_do_update(index_elements=keys, set_=changes).returning(*returning)
 
 
 class db_clock_ms(FunctionElement[int]):  # an SQL function, named like one

@@ -11,13 +11,19 @@ shares (the session, the run, the timestamp) are converted once.
 
 Which statements are prepared: the fixed ones (one SQL text per dialect, no
 result processing) on an append, a rewind, a trim or a checkpoint append;
-every other statement is Core, run by ``Connection.execute``.
+every other statement is Core, run by ``Connection.execute``. A statement only one
+dialect runs is built when a ``Database`` first opens on it (``Prepared.only_on``).
 
 Results carry no column types, and the SQL is compiled once: so a statement
 whose selected or returned columns need result processing on a supported
 driver (a timestamp: ``str`` on SQLite, ``datetime`` on PostgreSQL) or whose
-SQL depends on its values (an expanding ``IN``) is refused when it is built,
-with ``NotPreparableError``, which for a module constant is at import. Statements
+SQL depends on its values (an expanding ``IN``) is refused with
+``NotPreparableError``: when it is built (for a module constant, at import) for
+SQLite's driver and the dialects a ``Database`` opened on so far, and for any
+other dialect when a ``Database`` first opens on it (``prepare_dialect``), before
+anything runs there; a server's dialect module is imported only then, so a SQLite
+process never loads PostgreSQL's or MySQL's. Compiling for a connection checks its
+own driver too. Statements
 that run rarely (a rewind's) are prepared too: in a fresh process SQLAlchemy's
 first-use work per statement costs more than SQLite's own. A statement that
 differs by dialect is built by a cached builder registered with ``per_dialect``,
@@ -43,16 +49,14 @@ To log every statement, create the ``Database`` with ``echo=True``.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any, NamedTuple, Protocol, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from sqlalchemy import Connection
-from sqlalchemy.dialects.mysql import asyncmy
-from sqlalchemy.dialects.postgresql import asyncpg, psycopg
-from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable, visitors
@@ -146,25 +150,41 @@ class NotPreparableError(LoviaStoreError, TypeError):
     """A statement ``Prepared`` cannot run as compiled once: it is refused when built."""
 
 
+_DRIVERS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "sqlite": (("sqlalchemy.dialects.sqlite.pysqlite", {}),),
+    "postgresql": (
+        ("sqlalchemy.dialects.postgresql.asyncpg", {}),
+        ("sqlalchemy.dialects.postgresql.psycopg", {}),
+    ),
+    "mysql": (("sqlalchemy.dialects.mysql.asyncmy", {}),),
+    "mariadb": (("sqlalchemy.dialects.mysql.asyncmy", {"is_mariadb": True}),),
+}
+"""Per dialect name, the drivers lovia-store runs it on: (module, the dialect's arguments)."""
+
+
 @cache
-def _drivers() -> tuple[Dialect, ...]:
-    """The drivers lovia-store runs on (no connection: only their types are read)."""
-    return (
-        pysqlite.dialect(),
-        asyncpg.dialect(),  # type: ignore[no-untyped-call]
-        psycopg.dialect(),  # type: ignore[no-untyped-call]
-        asyncmy.dialect(),
-        asyncmy.dialect(is_mariadb=True),
-    )
+def _drivers(name: str) -> tuple[Dialect, ...]:
+    """The drivers of dialect ``name`` (no connection: only their types are read),
+    their modules imported on first use."""
+    found = []
+    for module, arguments in _DRIVERS.get(name, ()):
+        dialect_class: type[Dialect] = importlib.import_module(module).dialect
+        found.append(dialect_class(**arguments))
+    return tuple(found)
 
 
-def _refusal(statement: Executable) -> str | None:
-    """Why ``statement`` cannot be prepared, or None."""
+def _refusal(statement: Executable, dialects: Iterable[Dialect]) -> str | None:
+    """Why ``statement`` cannot be prepared for ``dialects``, or None."""
     for element in visitors.iterate(statement):  # type: ignore[arg-type]
         if isinstance(element, BindParameter) and (element.expanding or element.literal_execute):
             return "its SQL depends on its values (an IN over a list, an expanding bind)"
-    for column in getattr(statement, "exported_columns", ()):
-        for dialect in _drivers():
+    return _typed_result(statement, dialects)
+
+
+def _typed_result(statement: Executable, dialects: Iterable[Dialect]) -> str | None:
+    """Why ``statement``'s result needs typing on one of ``dialects``, or None."""
+    for dialect in dialects:
+        for column in getattr(statement, "exported_columns", ()):
             if column.type.dialect_impl(dialect).result_processor(dialect, None) is not None:
                 return (
                     f"its column {str(column)!r} ({column.type!r}) needs result "
@@ -177,6 +197,29 @@ def _refusal(statement: Executable) -> str | None:
 _BUILT: WeakSet[Prepared] = WeakSet()
 _PER_DIALECT: list[Callable[[str], object]] = []
 _PREPARED_DIALECTS: set[str] = set()
+# Every Prepared is checked, when built, against these dialects' drivers: SQLite's, and
+# those of every dialect a Database opened on (``prepare_dialect`` adds it).
+_CHECKED_DIALECTS: list[str] = ["sqlite"]
+
+
+def _checked_drivers() -> Iterator[Dialect]:
+    for name in _CHECKED_DIALECTS:
+        yield from _drivers(name)
+
+
+def _check_built(name: str) -> None:
+    """Check every ``Prepared`` built so far against dialect ``name``'s drivers (and
+    every one built from now on): a refusal fails this Database's open, every time."""
+    if name in _CHECKED_DIALECTS:
+        return
+    for prepared in list(_BUILT):
+        refusal = _typed_result(prepared.statement, _drivers(name))
+        if refusal is not None:
+            raise NotPreparableError(
+                f"this statement ({prepared.origin}) cannot be prepared: "
+                f"{refusal}: {prepared.statement}"
+            )
+    _CHECKED_DIALECTS.append(name)
 
 
 def per_dialect(build: Callable[[str], T]) -> Callable[[str], T]:
@@ -194,8 +237,10 @@ def per_dialect(build: Callable[[str], T]) -> Callable[[str], T]:
 
 
 def prepare_dialect(name: str) -> None:
-    """Build every ``per_dialect`` statement for the dialect called ``name``, once."""
+    """Check every statement built so far for the dialect called ``name``, and build
+    every ``per_dialect`` statement for it, once."""
     if name not in _PREPARED_DIALECTS:
+        _check_built(name)
         for build in list(_PER_DIALECT):
             build(name)
         _PREPARED_DIALECTS.add(name)
@@ -213,17 +258,45 @@ class Prepared:
     a named schema) is compiled into the SQL, one plan per map.
     """
 
-    __slots__ = ("__weakref__", "_plans", "origin", "statement")
+    __slots__ = ("__weakref__", "_build", "_plans", "_statement", "origin")
 
     def __init__(self, statement: Executable) -> None:
-        refusal = _refusal(statement)
-        if refusal is not None:
-            raise NotPreparableError(f"this statement cannot be prepared: {refusal}: {statement}")
-        self.statement = statement
         self.origin: str = sys._getframe(1).f_globals.get("__name__", "?")
         """The module that built it."""
         self._plans: WeakKeyDictionary[Dialect, dict[Any, _Plan]] = WeakKeyDictionary()
+        self._build: Callable[[], Executable] | None = None
+        self._statement: Executable | None = self._checked(statement)
+
+    @classmethod
+    def only_on(cls, dialect: str, build: Callable[[], Executable]) -> Prepared:
+        """A statement only the dialect called ``dialect`` runs (PostgreSQL's
+        one-statement writes), built by ``build`` when a ``Database`` first opens on
+        that dialect (``per_dialect``), or at its first use: a process on another
+        dialect never builds it, nor imports that dialect's module. It is checked,
+        and refused, when it is built."""
+        prepared = cls.__new__(cls)
+        prepared.origin = sys._getframe(1).f_globals.get("__name__", "?")
+        prepared._plans = WeakKeyDictionary()
+        prepared._build = build
+        prepared._statement = None
+        per_dialect(lambda name: prepared.statement if name == dialect else None)
+        return prepared
+
+    @property
+    def statement(self) -> Executable:
+        """The Core statement it runs."""
+        if self._statement is None:
+            assert self._build is not None
+            self._statement = self._checked(self._build())
+        return self._statement
+
+    def _checked(self, statement: Executable) -> Executable:
+        """``statement``, unless it cannot be prepared; then listed by ``built()``."""
+        refusal = _refusal(statement, _checked_drivers())
+        if refusal is not None:
+            raise NotPreparableError(f"this statement cannot be prepared: {refusal}: {statement}")
         _BUILT.add(self)
+        return statement
 
     def _plan(self, dialect: Dialect, options: Mapping[str, Any]) -> _Plan:
         translate = options.get("schema_translate_map")
@@ -246,6 +319,10 @@ class Prepared:
             raise NotPreparableError(
                 f"{dialect.name}: this statement cannot be prepared: {compiled}"
             )
+        # The connection's own driver, whichever it is (a caller's engine may use another).
+        refusal = _typed_result(self.statement, (dialect,))
+        if refusal is not None:
+            raise NotPreparableError(f"this statement cannot be prepared: {refusal}: {compiled}")
         if dialect.positional:  # asyncpg, asyncmy, sqlite3: each placeholder's bind, in order
             names = tuple(compiled.positiontup)
             arrange = _in_order(names)

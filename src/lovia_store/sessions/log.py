@@ -169,7 +169,7 @@ _RUN_COLUMNS = (
 prepare_insert_ignore(session_runs, _RUN_COLUMNS)  # store_run's run row
 
 
-def _append_in_one_statement() -> Prepared:
+def _append_in_one_statement() -> Executable:
     """PostgreSQL: a whole append as one statement, run without BEGIN/COMMIT.
 
     Data-modifying CTEs: the session counter bump (which takes the row lock
@@ -220,10 +220,10 @@ def _append_in_one_statement() -> Prepared:
             entries.c.entry_json,
         ).select_from(run.join(entries, true())),
     )
-    return Prepared(select(run.c.first_sequence).add_cte(rows.cte("entries")))
+    return select(run.c.first_sequence).add_cte(rows.cte("entries"))
 
 
-_APPEND_IN_ONE_STATEMENT = _append_in_one_statement()
+_APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", _append_in_one_statement)
 
 RUN_STORED = select(r.position).where(
     r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, bindparam, func, null, select, update
+from sqlalchemy.sql import Executable
 
 from ..db.dialect import capabilities
 from ..db.prepared import Prepared
@@ -47,14 +48,14 @@ _TRIM = Prepared(
 )
 
 
-def _trim_in_one_statement() -> Prepared:
+def _trim_in_one_statement() -> Executable:
     """PostgreSQL: every shortened output written by one ``UPDATE ... FROM unnest``."""
     given = (
         func.unnest(bindparam("seqs", type_=TEXT_ARRAY), bindparam("docs", type_=TEXT_ARRAY))
         .table_valued("seq", "doc")
         .render_derived(name="given")
     )
-    return Prepared(
+    return (
         update(messages)
         .where(m.session_id == bindparam("sid"), m.sequence == given.c.seq.cast(BigInteger))
         .values(
@@ -65,7 +66,7 @@ def _trim_in_one_statement() -> Prepared:
     )
 
 
-_TRIM_IN_ONE_STATEMENT = _trim_in_one_statement()
+_TRIM_IN_ONE_STATEMENT = Prepared.only_on("postgresql", _trim_in_one_statement)
 _EMPTY_RUNS = Prepared(
     select(r.first_sequence)
     .where(r.session_id == SID, r.entry_count == 0)
