@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._json import dump_object, load_object
 from .._lovia_guard import refuse_lovias_runner
-from ..checkpoints.contract import Checkpointer
 from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
 from ..errors import UserError
 from ..validation import check_call_ids, check_count, check_id
 from .contract import ForkOrigin, Segment, check_append
 from .trimming import rewind_split, trim_entry
+
+if TYPE_CHECKING:
+    from ..checkpoints.contract import Checkpointer
 
 __all__ = ["InMemorySession"]
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection
 
 from .._lovia_guard import refuse_lovias_runner
-from ..checkpoints.contract import Checkpointer
-from ..checkpoints.sql import delete_runs
 from ..db.dialect import capabilities
 from ..db.store import SQLStore, StoreTarget
 from ..entries import (
@@ -44,6 +42,9 @@ from .log import (
 from .reads import BATCH, LOAD, SEGMENT_ROWS, SEGMENT_RUNS, build_segments
 from .rewind import delete_session_rows, rewind_rows
 from .trim import trim_rows
+
+if TYPE_CHECKING:
+    from ..checkpoints.contract import Checkpointer
 
 __all__ = ["SQLSession", "SQLiteSession"]
 
@@ -223,6 +224,10 @@ class SQLSession(SQLStore):
         def work(conn: Connection) -> tuple[int, list[str]]:
             removed, touched = rewind_rows(conn, session_id, keep_entries)
             if same_database:
+                # Here, not at the top: a session-only process never loads the checkpoint
+                # stores (a checkpointer on this database has loaded this module already).
+                from ..checkpoints.sql import delete_runs
+
                 delete_runs(conn, touched)
             return removed, touched
 
