@@ -1,4 +1,8 @@
-"""Column types mapped once for every dialect."""
+"""Column types mapped once for every dialect.
+
+MySQL's own types are imported where a type is first used on MySQL or MariaDB
+(``load_dialect_impl``): a process on another backend never loads that dialect.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import ARRAY, DateTime, String, Text
-from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
@@ -20,6 +23,7 @@ __all__ = [
     "Id",
     "IdType",
     "JsonText",
+    "JsonTextType",
     "UTCDateTime",
     "id_collation",
     "render_item",
@@ -43,7 +47,9 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
         if dialect.name in ("mysql", "mariadb"):
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+            from sqlalchemy.dialects.mysql import DATETIME
+
+            return dialect.type_descriptor(DATETIME(fsp=6))
         return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
@@ -79,9 +85,27 @@ def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-# A JSON document kept as text: we encode it once (orjson) and the database
-# never parses it. LONGTEXT on MySQL so megabyte tool outputs fit.
-JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+class JsonTextType(TypeDecorator[str]):
+    """A JSON document kept as text: we encode it once (orjson) and the database
+    never parses it. LONGTEXT on MySQL and MariaDB, so megabyte tool outputs fit
+    (their TEXT holds 64 KiB); TEXT elsewhere. Values pass through untouched."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            from sqlalchemy.dialects.mysql import LONGTEXT
+
+            return LONGTEXT()
+        # Not type_descriptor(Text()): a driver's own string type (psycopg2's) renders VARCHAR.
+        return Text()
+
+    def __repr__(self) -> str:
+        return "JsonTextType()"
+
+
+JsonText = JsonTextType()
 
 MARIADB_ID_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_ID_COLLATION = "utf8mb4_0900_bin"
@@ -118,7 +142,9 @@ class IdType(TypeDecorator[str]):
         collation = id_collation(dialect)
         if collation is None:
             return dialect.type_descriptor(String(255))
-        return dialect.type_descriptor(mysql.VARCHAR(255, collation=collation))
+        from sqlalchemy.dialects.mysql import VARCHAR
+
+        return dialect.type_descriptor(VARCHAR(255, collation=collation))
 
     def __repr__(self) -> str:
         # TypeDecorator's repr shows the impl's arguments (``length=255``), which
