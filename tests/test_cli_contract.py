@@ -207,8 +207,14 @@ def test_version_is_the_distribution_s(tmp_path: Path) -> None:
 
 
 def _commands() -> dict[str, click.Command]:
+    """Every command, its module imported (the group imports each on first use)."""
     assert isinstance(command_group, click.Group)
-    return dict(command_group.commands)
+    ctx = click.Context(command_group)
+    found = {
+        name: command_group.get_command(ctx, name) for name in command_group.list_commands(ctx)
+    }
+    assert all(found.values()), found
+    return {name: command for name, command in found.items() if command is not None}
 
 
 def test_docs_cli_md_documents_every_command_option_and_exit_code() -> None:

@@ -7,6 +7,7 @@ and from "a newer lovia-store wrote it" (4).
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -15,7 +16,6 @@ from collections.abc import Sequence
 
 import click
 
-from .._version import __version__
 from ..errors import (
     CounterMismatchError,
     LoviaStoreError,
@@ -26,13 +26,8 @@ from ..errors import (
     StoreUnavailableError,
     UserError,
 )
-from .browse import sessions_command, show_command
-from .lifecycle_commands import copy_command, export_command, import_command
 from .options import URL_HELP
 from .output import Output, ReaderGone
-from .prune_command import prune_command
-from .schema_commands import check_command, upgrade_command
-from .stats_command import stats_command
 
 __all__ = ["EXIT_CODES", "cli", "exit_code", "main"]
 
@@ -76,7 +71,46 @@ def _error_document(error: LoviaStoreError, code: int) -> dict[str, object]:
     return document
 
 
+# Each command's module, imported when that command runs (or help lists it): `check`
+# loads neither the session store nor the entry models that `show` needs.
+_COMMANDS = {
+    "upgrade": ".schema_commands:upgrade_command",
+    "check": ".schema_commands:check_command",
+    "sessions": ".browse:sessions_command",
+    "show": ".browse:show_command",
+    "export": ".lifecycle_commands:export_command",
+    "import": ".lifecycle_commands:import_command",
+    "copy": ".lifecycle_commands:copy_command",
+    "prune": ".prune_command:prune_command",
+    "stats": ".stats_command:stats_command",
+}
+
+
+class _Commands(click.Group):
+    """A group whose commands (but ``demo``) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            module, name = _COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module, __package__), name))
+        return self.commands.get(cmd_name)
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    # Here, not at the top: reading the installed metadata costs every other command.
+    from .._version import __version__
+
+    click.echo(f"lovia-store {__version__}")
+    ctx.exit()
+
+
 @click.group(
+    cls=_Commands,
     epilog=f"{URL_HELP}\n\n"
     "\b\nExit codes:\n"
     "  0  ok\n"
@@ -89,8 +123,14 @@ def _error_document(error: LoviaStoreError, code: int) -> dict[str, object]:
     "\nDocumented in docs/cli.md.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(
-    __version__, "-V", "--version", prog_name="lovia-store", message="%(prog)s %(version)s"
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
 )
 def cli() -> None:
     """Durable conversation history and run checkpoints for LLM agents."""
@@ -116,20 +156,6 @@ def demo_command(target: str | None, force: bool) -> int:
         return demo([*(["--force"] if force else []), *(["--", target] if target else [])])
     except BrokenPipeError as exc:  # the demo prints as it goes, with print()
         raise ReaderGone from exc
-
-
-for command in (
-    upgrade_command,
-    check_command,
-    sessions_command,
-    show_command,
-    export_command,
-    import_command,
-    copy_command,
-    prune_command,
-    stats_command,
-):
-    cli.add_command(command)
 
 
 def _quiet_stdout() -> None:

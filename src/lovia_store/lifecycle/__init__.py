@@ -7,13 +7,51 @@ records (``records``: the versioned, line-oriented format; ``reading``: the
 stream, in pages) and an idempotent loader of such a stream (``loading``).
 """
 
-from .copying import CopyReport, SessionCheck, copy_database
-from .counters import CounterMismatch, counter_mismatches
-from .export import ExportReport, export
-from .importing import MAX_LINE_BYTES, ImportReport, import_file, read_file
-from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
-from .retention import PruneReport, prune
-from .verify import Summary, Tally, summarize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .copying import CopyReport, SessionCheck, copy_database
+    from .counters import CounterMismatch, counter_mismatches
+    from .exporting import ExportReport, export
+    from .importing import MAX_LINE_BYTES, ImportReport, import_file, read_file
+    from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
+    from .retention import PruneReport, prune
+    from .verify import Summary, Tally, summarize
+
+# Each name's module, imported on first use (PEP 562): ``lovia-store check`` needs the
+# counters' check only, not the records, loader and copier the others share. No module
+# is named as one of these names (``exporting`` holds ``export``): importing it would bind
+# the module here, over the name.
+_LAZY: dict[str, str] = {
+    name: module
+    for module, names in {
+        ".copying": "CopyReport SessionCheck copy_database",
+        ".counters": "CounterMismatch counter_mismatches",
+        ".exporting": "ExportReport export",
+        ".importing": "MAX_LINE_BYTES ImportReport import_file read_file",
+        ".records": "FORMAT VERSION DestinationConflictError ExportFormatError",
+        ".retention": "PruneReport prune",
+        ".verify": "Summary Tally summarize",
+    }.items()
+    for name in names.split()
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "FORMAT",
