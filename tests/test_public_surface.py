@@ -1,8 +1,11 @@
 """``lovia_store``'s public surface: every name resolves, and importing the package is cheap.
 
 ``import lovia_store`` imports the errors and ``upgrade``/``check`` only; every other
-name is imported on first use (PEP 562). Each check runs in a fresh interpreter, so
-what another test imported cannot hide an eager import.
+name is imported on first use (PEP 562). A SQLite session's first append and
+``lovia-store check`` load nothing they do not run (SQLAlchemy's ORM and asyncio
+extension, the server dialects, Alembic, the checkpoint stores): what start-up costs
+(bench/startup.py) is guarded here without timing anything. Each check runs in a fresh
+interpreter, so what another test imported cannot hide an eager import.
 """
 
 from __future__ import annotations
@@ -130,3 +133,73 @@ def test_the_run_loop_names_are_the_same_objects_in_both_homes() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="NoSuchName"):
         getattr(lovia_store, "NoSuchName")  # noqa: B009
+
+
+NOT_FOR_A_SQLITE_SESSION = (
+    "sqlalchemy.orm",  # lovia_store.models maps ORM classes for hosts; no store imports it
+    "sqlalchemy.ext.asyncio",  # SQLite files run on a synchronous engine in worker threads
+    "sqlalchemy.dialects.postgresql",  # a server's dialect: imported when one is opened
+    "sqlalchemy.dialects.mysql",
+    "alembic",  # a current or a new file is handled without it
+    "lovia_store.models",
+    "lovia_store.checkpoints",
+    "lovia_store.runs",
+)
+"""Never imported by a process whose only use is a SQLite session (or ``check``)."""
+
+
+def _loaded_of(prefixes: tuple[str, ...]) -> str:
+    return (
+        "sorted({m for m in sys.modules for p in "
+        f"{prefixes!r} if m == p or m.startswith(p + '.')}})"
+    )
+
+
+_FIRST_APPEND = """
+import asyncio, json, sys
+from lovia_store import InputEntry, SQLiteSession
+
+async def main() -> None:
+    async with SQLiteSession(sys.argv[1]) as store:
+        await store.append("u1", [InputEntry(role="user", content="hello")])
+        assert len(await store.load("u1")) >= 1
+
+asyncio.run(main())
+print(json.dumps(%s))
+"""
+
+
+def test_a_first_sqlite_append_loads_no_orm_asyncio_extension_server_dialect_or_alembic(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.sqlite3"
+    code = _FIRST_APPEND % _loaded_of(NOT_FOR_A_SQLITE_SESSION)
+    for _ in ("a new file", "the same file, existing now"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert json.loads(done.stdout) == []
+
+
+def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    subprocess.run([sys.executable, "-c", _FIRST_APPEND % "[]", str(path)], check=True, timeout=120)
+    heavy = (*NOT_FOR_A_SQLITE_SESSION, "lovia_store.sessions", "lovia_store.entries")
+    code = (
+        "import json, sys\n"
+        "from lovia_store.cli import main\n"
+        "code = main(['check', sys.argv[1]])\n"
+        f"print(json.dumps([code, {_loaded_of(heavy)}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
