@@ -30,7 +30,6 @@ from ..entries import (
 from ..errors import ConflictError
 from ..validation import check_call_ids, check_count, check_id
 from .contract import ForkOrigin, Segment, checked_append
-from .fork import FORK_ORIGIN, fork_rows
 from .log import (
     RUN_STORED,
     EncodedRun,
@@ -40,13 +39,14 @@ from .log import (
     violates_run_key,
 )
 from .reads import BATCH, LOAD, SEGMENT_ROWS, SEGMENT_RUNS, build_segments
-from .rewind import delete_session_rows, rewind_rows
-from .trim import trim_rows
 
 if TYPE_CHECKING:
     from ..checkpoints.contract import Checkpointer
 
 __all__ = ["SQLSession", "SQLiteSession"]
+
+# The edits (clear, trim, rewind, fork) import their modules where they run: a process
+# that only appends and loads never imports them nor builds their statements.
 
 E = TypeVar("E")
 
@@ -182,6 +182,8 @@ class SQLSession(SQLStore):
         """Delete the session: its entries, runs, snapshots and identity."""
         check_id(session_id, "session_id")
 
+        from .rewind import delete_session_rows
+
         def work(conn: Connection) -> None:
             delete_session_rows(conn, session_id)
 
@@ -199,6 +201,8 @@ class SQLSession(SQLStore):
         check_id(session_id, "session_id")
         check_count(keep_chars, "keep_chars", minimum=0)
         check_count(keep_runs, "keep_runs", minimum=0)
+
+        from .trim import trim_rows
 
         def work(conn: Connection) -> int:
             return trim_rows(conn, session_id, keep_chars, keep_runs)
@@ -220,6 +224,7 @@ class SQLSession(SQLStore):
         check_id(session_id, "session_id")
         check_count(keep_entries, "keep_entries", minimum=0)
         same_database = getattr(checkpointer, "database", None) is self.database
+        from .rewind import rewind_rows
 
         def work(conn: Connection) -> tuple[int, list[str]]:
             removed, touched = rewind_rows(conn, session_id, keep_entries)
@@ -251,6 +256,8 @@ class SQLSession(SQLStore):
         check_id(new_session_id, "new_session_id")
         check_count(keep_entries, "keep_entries", minimum=0)
 
+        from .fork import fork_rows
+
         def work(conn: Connection) -> int:
             return fork_rows(conn, session_id, new_session_id, keep_entries)
 
@@ -260,6 +267,8 @@ class SQLSession(SQLStore):
         """The session and entry count ``session_id`` was forked from; None when it
         was not forked (or does not exist)."""
         check_id(session_id, "session_id")
+        from .fork import FORK_ORIGIN
+
         rows = await self.database.read_one(FORK_ORIGIN, {"sid": session_id})
         if not rows or rows[0][0] is None:
             return None
