@@ -188,7 +188,7 @@ def test_a_first_sqlite_append_loads_no_orm_asyncio_extension_server_dialect_or_
 def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
     subprocess.run([sys.executable, "-c", _FIRST_APPEND % "[]", str(path)], check=True, timeout=120)
-    heavy = (*NOT_FOR_A_SQLITE_SESSION, "lovia_store.sessions", "lovia_store.entries")
+    heavy = (*NOT_FOR_A_SQLITE_SESSION, "lovia_store.sessions", "lovia_store.entries", "pydantic")
     code = (
         "import json, sys\n"
         "from lovia_store.cli import main\n"

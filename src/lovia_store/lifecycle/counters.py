@@ -20,7 +20,8 @@ only the parents that disagree.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any
+
 from sqlalchemy import BindParameter, Connection, and_, bindparam, func, or_, select
 
 from ..db.tables import messages, run_entries, run_heads, session_runs, sessions, snapshots
@@ -28,32 +29,32 @@ from ..errors import UserError
 from ..validation import check_count
 from .targets import Target, opened
 
+if TYPE_CHECKING:
+    from .counter_mismatch import CounterMismatch
+
 __all__ = ["CounterMismatch", "counter_mismatches"]
 
 _MAX_LIMIT = 100_000
 
 
-class CounterMismatch(BaseModel):
-    """One counter that disagrees with the rows it counts.
+def __getattr__(name: str) -> Any:
+    """``CounterMismatch`` on first use (see ``_mismatch``)."""
+    if name == "CounterMismatch":
+        from .counter_mismatch import CounterMismatch
 
-    ``table`` and ``id`` name the row that holds the counter (a session in
-    ``lovia_sessions``, a run in ``lovia_run_heads``), ``counter`` the column,
-    ``says`` its value and ``holds`` what the rows hold in its terms (a number of
-    rows, or the highest sequence, position or version stored: 0 for none).
-    ``detail`` says it in words.
-    """
+        return CounterMismatch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    table: str
-    id: str
-    counter: str
-    says: int
-    holds: int
-    detail: str
+def _mismatch(
+    table: str, id: str, counter: str, says: int, holds: int, detail: str
+) -> CounterMismatch:
+    # Here, not at the top: pydantic is loaded only when a counter disagrees.
+    from .counter_mismatch import CounterMismatch
 
-    def __str__(self) -> str:
-        return self.detail
+    return CounterMismatch(
+        table=table, id=id, counter=counter, says=says, holds=holds, detail=detail
+    )
 
 
 m, r, p, s = messages.c, session_runs.c, snapshots.c, sessions.c
@@ -142,7 +143,7 @@ def _rows(n: int) -> str:
 
 
 def _session(sid: str, counter: str, says: int, holds: int, what: str) -> CounterMismatch:
-    return CounterMismatch(
+    return _mismatch(
         table="lovia_sessions",
         id=sid,
         counter=counter,
@@ -218,7 +219,7 @@ def entry_counter(
         holds, what = top, f"{where} holds position {top}"
     else:
         return None
-    return CounterMismatch(
+    return _mismatch(
         table="lovia_run_heads",
         id=rid,
         counter="entry_count",
