@@ -203,3 +203,14 @@ def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path)
         check=True,
     )
     assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+
+
+def test_no_lazy_name_of_lovia_store_lifecycle_is_also_a_module_name() -> None:
+    """Importing a submodule binds it on its package, over a lazy name it shares."""
+    import pkgutil
+
+    import lovia_store.lifecycle as lifecycle
+
+    modules = {info.name for info in pkgutil.iter_modules(lifecycle.__path__)}
+    assert not set(lifecycle._LAZY) & modules
+    assert set(lifecycle._LAZY) == set(lifecycle.__all__)
