@@ -22,7 +22,7 @@ from backends import fresh_server_database
 from helpers import a_run
 from lovia_store import Database, SQLSession, StoreBusyError
 
-BUSY = 0.5
+BUSY = 1.0
 _HOLDER = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -65,7 +65,7 @@ async def test_a_write_waits_busy_timeout_in_all_not_per_attempt(tmp_path: Path,
                 await SQLSession(db).append("s", a_run("1"), run_id="r1")
             waited = time.monotonic() - started
         assert caught.value.retry_safe is True
-        assert BUSY * 0.9 <= waited < BUSY * 1.6, waited  # about busy_timeout, not 6x
+        assert BUSY * 0.9 <= waited < BUSY * 3, waited  # about busy_timeout, not 6x
         assert [s.run_id for s in await SQLSession(db).segments("s")] == ["r0"]
     finally:
         await db.close()
@@ -82,7 +82,7 @@ async def test_a_read_blocked_by_an_exclusive_lock_waits_busy_timeout_in_all(
             with pytest.raises(StoreBusyError):
                 await SQLSession(db).load("s")
             waited = time.monotonic() - started
-        assert BUSY * 0.9 <= waited < BUSY * 1.6, waited
+        assert BUSY * 0.9 <= waited < BUSY * 3, waited  # not once per retry
     finally:
         await db.close()
 
@@ -138,7 +138,7 @@ async def test_a_server_lock_timeout_is_not_retried(kind: str) -> None:
                     await session.append("s", a_run("1"), run_id="r1")
                 waited = time.monotonic() - started
                 await holder.rollback()
-            assert 0.9 < waited < 2.5, waited
+            assert 0.9 < waited < 4, waited  # one lock timeout, not six
             assert refused.value.retry_safe  # the caller may try again; nothing was written
             assert [s.run_id for s in await session.segments("s")] == ["r0"]
             await session.append("s", a_run("1"), run_id="r1")  # the lock gone, it goes in
