@@ -87,7 +87,8 @@ def _declared() -> tuple[dict[str, str], set[str], list[str]]:
                     {alias.name: "." * item.level + (item.module or "") for alias in item.names}
                 )
         elif isinstance(node, ast.ImportFrom) and node.level:
-            eager.update(alias.name for alias in node.names)
+            bound = (alias.asname or alias.name for alias in node.names)
+            eager.update(name for name in bound if not name.startswith("_"))
         elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
             exported = ast.literal_eval(node.value)
     return typed, eager, exported

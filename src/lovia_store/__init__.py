@@ -14,10 +14,10 @@ compatibility (see docs/runs.md).
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_names as _lazy_names
 from .errors import (
     ConflictError,
     ConversionWarning,
@@ -135,18 +135,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use, then keep the name here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 
 # A library's loggers are silent until the application configures logging.
