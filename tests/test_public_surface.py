@@ -176,14 +176,7 @@ def test_a_first_sqlite_append_loads_no_orm_asyncio_extension_server_dialect_or_
     path = tmp_path / "store.sqlite3"
     code = _FIRST_APPEND % _loaded_of(NOT_FOR_A_SQLITE_SESSION)
     for _ in ("a new file", "the same file, existing now"):
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        assert json.loads(done.stdout) == []
+        assert json.loads(_child(code, path)) == []
 
 
 def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path) -> None:
@@ -196,6 +189,11 @@ def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path)
         "code = main(['check', sys.argv[1]])\n"
         f"print(json.dumps([code, {_loaded_of(heavy)}]))\n"
     )
+    assert json.loads(_child(code, path).splitlines()[-1]) == [0, []]
+
+
+def _child(code: str, path: Path) -> str:
+    """What a fresh interpreter running ``code`` on ``path`` printed."""
     done = subprocess.run(
         [sys.executable, "-c", code, str(path)],
         capture_output=True,
@@ -203,7 +201,7 @@ def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path)
         timeout=120,
         check=True,
     )
-    assert json.loads(done.stdout.splitlines()[-1]) == [0, []]
+    return done.stdout
 
 
 def test_no_lazy_name_of_lovia_store_lifecycle_is_also_a_module_name() -> None:
