@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ._lazy import by_name as _by_name
 from ._lazy import lazy_names as _lazy_names
 from .errors import (
     ConflictError,
@@ -109,9 +110,8 @@ if TYPE_CHECKING:
     from .sessions.sql import SQLiteSession, SQLSession
     from .upgrade import UpgradeReport
 
-_LAZY: dict[str, str] = {
-    name: module
-    for module, names in {
+_LAZY: dict[str, str] = _by_name(
+    {
         "._version": "__version__",
         ".checkpoints.contract": "Checkpointer EffectLog RunHead RunSnapshot RunSummary ToolEffect",
         ".checkpoints.leases": "RunLease RunLeases",
@@ -130,9 +130,8 @@ _LAZY: dict[str, str] = {
         "SyncSessionStorage",
         ".sessions.sql": "SQLiteSession SQLSession",
         ".upgrade": "UpgradeReport",
-    }.items()
-    for name in names.split()
-}
+    }
+)
 
 
 __getattr__, __dir__ = _lazy_names(__name__, _LAZY)

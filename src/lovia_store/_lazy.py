@@ -9,6 +9,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
+def by_name(modules: Mapping[str, str]) -> dict[str, str]:
+    """``{module: "name name ..."}`` as ``{name: module}``."""
+    return {name: module for module, names in modules.items() for name in names.split()}
+
+
 def lazy_names(
     package: str, lazy: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

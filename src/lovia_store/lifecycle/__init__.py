@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_names
+from .._lazy import by_name, lazy_names
 
 if TYPE_CHECKING:
     from .copying import CopyReport, SessionCheck, copy_database
@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 # counters' check only, not the records, loader and copier the others share. No module
 # is named as one of these names (``exporting`` holds ``export``): importing it would bind
 # the module here, over the name.
-_LAZY: dict[str, str] = {
-    name: module
-    for module, names in {
+_LAZY: dict[str, str] = by_name(
+    {
         ".copying": "CopyReport SessionCheck copy_database",
         ".counters": "CounterMismatch counter_mismatches",
         ".exporting": "ExportReport export",
@@ -36,9 +35,8 @@ _LAZY: dict[str, str] = {
         ".records": "FORMAT VERSION DestinationConflictError ExportFormatError",
         ".retention": "PruneReport prune",
         ".verify": "Summary Tally summarize",
-    }.items()
-    for name in names.split()
-}
+    }
+)
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
