@@ -6,15 +6,40 @@ from collections.abc import Sequence
 
 from .errors import UserError
 
-__all__ = ["check_call_ids", "check_count", "check_effect_ids", "check_id", "check_integer"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "check_call_ids",
+    "check_count",
+    "check_effect_ids",
+    "check_id",
+    "check_integer",
+    "check_tenant",
+]
+
+DEFAULT_TENANT = ""
+"""The tenant of a store built without one, and of every row written before tenants
+existed: a database with one customer never has to name it."""
+
+_MAX_TENANT = 64
 
 
 def check_id(value: object, what: str) -> str:
     """Every id's one check (sessions, runs, requests, parents), before any SQL."""
     if not isinstance(value, str) or not value:
         raise UserError(f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > 255:
-        raise UserError(f"{what} is {len(value)} characters long; the limit is 255")
+    return _storable(value, what, 255)
+
+
+def check_tenant(value: object) -> str:
+    """A tenant is any string up to 64 characters; ``""`` is the default tenant."""
+    if not isinstance(value, str):
+        raise UserError(f"tenant must be a string, got {value!r}")
+    return _storable(value, "tenant", _MAX_TENANT)
+
+
+def _storable(value: str, what: str, limit: int) -> str:
+    if len(value) > limit:
+        raise UserError(f"{what} is {len(value)} characters long; the limit is {limit}")
     nul = value.find("\x00")
     if nul >= 0:  # PostgreSQL's text cannot hold it: refused on every backend alike
         raise UserError(f"{what} contains a NUL character at position {nul}")

@@ -27,6 +27,7 @@ from ..errors import (
     TransactionPoolerError,
     UserError,
 )
+from ..validation import DEFAULT_TENANT, check_tenant
 from .errors import read_retry_safe, worth_retrying
 from .executors import Executor, Work, is_async_engine
 from .prepared import Prepared, prepare_dialect
@@ -107,6 +108,9 @@ class Database:
     none will do the read goes to the primary. Every other read (an agent's
     history, a run's checkpoint) stays on the primary unless made inside
     ``stale_reads()``.
+
+    ``tenant`` is the tenant of every store built on this Database without one
+    of its own (``""``, the default tenant, when not given): see docs/tenants.md.
     """
 
     def __init__(
@@ -123,8 +127,11 @@ class Database:
         pooler: Literal["transaction"] | None = None,
         read_replicas: Sequence[AsyncEngine | str] = (),
         max_replica_lag: float = 5.0,
+        tenant: str = DEFAULT_TENANT,
         **engine_options: Any,
     ) -> None:
+        self.tenant = check_tenant(tenant)
+        """The tenant of the stores built on this Database without their own."""
         if synchronous not in ("full", "normal"):
             raise UserError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):

@@ -15,9 +15,18 @@ Stored JSON columns (``*_json``) hold the exact text the stores wrote.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, MetaData, String, Table
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+)
 
-from .types import Id, JsonText, UTCDateTime
+from .types import Id, JsonText, Tenant, UTCDateTime
 
 __all__ = [
     "VERSION_TABLE",
@@ -47,7 +56,17 @@ metadata = MetaData(
 """Our tables only. Never add it to a host's Alembic ``target_metadata``:
 our migrations own these tables (docs/embedding.md)."""
 
-_SESSION_FK = "lovia_sessions.session_id"
+
+def _tenant() -> Column[str]:
+    """Leads every key: the same id in two tenants is two rows (docs/tenants.md)."""
+    return Column("tenant", Tenant, primary_key=True, server_default="")
+
+
+def _of_session() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant", "session_id"], ["lovia_sessions.tenant", "lovia_sessions.session_id"]
+    )
+
 
 schema_versions = Table(
     "lovia_schema",
@@ -60,6 +79,7 @@ schema_versions = Table(
 sessions = Table(
     "lovia_sessions",
     metadata,
+    _tenant(),
     Column("session_id", Id, primary_key=True),
     Column("parent_session_id", Id),
     Column("session_type", Integer(), server_default="0", nullable=False),
@@ -77,8 +97,8 @@ sessions = Table(
         doc="The session this one was forked from (``fork``); NULL otherwise.",
     ),
     Column("forked_at_entry", BigInteger(), doc="How many of the origin's entries the fork took."),
-    Index(None, "updated_at", "session_id"),
-    Index(None, "parent_session_id"),
+    Index(None, "tenant", "updated_at", "session_id"),
+    Index(None, "tenant", "parent_session_id"),
 )
 """A session's identity plus the counters that make appends O(1).
 
@@ -89,7 +109,8 @@ over the history (``lovia_store.sessions.log``)."""
 messages = Table(
     "lovia_messages",
     metadata,
-    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    _tenant(),
+    Column("session_id", Id, primary_key=True),
     Column("sequence", BigInteger(), primary_key=True),
     Column("request_id", Id, nullable=False),
     Column("run_id", Id),
@@ -120,7 +141,8 @@ messages = Table(
     # NULL until the row is changed (trim_tool_results); readers show created_at.
     Column("updated_at", UTCDateTime()),
     # A keyed Raw Log append is stored once per session (re-issuing it returns the row).
-    Index(None, "session_id", "idempotency_key", unique=True),
+    Index(None, "tenant", "session_id", "idempotency_key", unique=True),
+    _of_session(),
 )
 """The immutable Raw Log: one row per message, read by both public APIs.
 
@@ -131,21 +153,24 @@ zett-agent message holding several, their JSON array (``entry_type``
 session_runs = Table(
     "lovia_session_runs",
     metadata,
-    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    _tenant(),
+    Column("session_id", Id, primary_key=True),
     Column("run_id", Id, primary_key=True),
     Column("position", BigInteger(), nullable=False),
     Column("first_sequence", BigInteger(), nullable=False),
     Column("entry_count", BigInteger(), nullable=False),
     Column("meta_json", JsonText),
     Column("created_at", UTCDateTime(), nullable=False),
-    Index(None, "session_id", "position"),
+    Index(None, "tenant", "session_id", "position"),
+    _of_session(),
 )
 """One finished run (segment) of a session: what makes lovia's append idempotent."""
 
 snapshots = Table(
     "lovia_snapshots",
     metadata,
-    Column("session_id", Id, ForeignKey(_SESSION_FK), primary_key=True),
+    _tenant(),
+    Column("session_id", Id, primary_key=True),
     Column("version", Integer(), primary_key=True),
     Column("snapshot_id", String(64), nullable=False),
     Column("compacted_through_sequence", BigInteger(), nullable=False),
@@ -153,12 +178,14 @@ snapshots = Table(
     Column("envelope_json", JsonText),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    _of_session(),
 )
 """A compaction snapshot: immutable, versioned per session (optimistic versions)."""
 
 run_heads = Table(
     "lovia_run_heads",
     metadata,
+    _tenant(),
     Column("run_id", Id, primary_key=True),
     Column("status", String(16), nullable=False),
     Column("head_json", JsonText, nullable=False),
@@ -171,23 +198,28 @@ run_heads = Table(
         doc="The session the run appends to when it finishes, when its writer said "
         "(retention keeps it while the run can resume); NULL otherwise.",
     ),
-    Index(None, "status", "updated_at"),
-    Index(None, "session_id"),
+    Index(None, "tenant", "status", "updated_at"),
+    Index(None, "tenant", "session_id"),
 )
 """A run in flight: its small mutable head (status, the head's JSON)."""
 
 run_entries = Table(
     "lovia_run_entries",
     metadata,
-    Column("run_id", Id, ForeignKey("lovia_run_heads.run_id"), primary_key=True),
+    _tenant(),
+    Column("run_id", Id, primary_key=True),
     Column("position", BigInteger(), primary_key=True),
     Column("entry_json", JsonText, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant", "run_id"], ["lovia_run_heads.tenant", "lovia_run_heads.run_id"]
+    ),
 )
 """A run's append-only entry log, beside its head."""
 
 tool_effects = Table(
     "lovia_tool_effects",
     metadata,
+    _tenant(),
     Column("run_id", Id, primary_key=True),
     Column("call_id", Id, primary_key=True),
     Column("tool_name", String(255), nullable=False),
@@ -203,6 +235,7 @@ through the same transaction."""
 run_leases = Table(
     "lovia_run_leases",
     metadata,
+    _tenant(),
     Column("run_id", Id, primary_key=True),
     Column("token", BigInteger(), nullable=False),
     Column("lease_id", String(32), nullable=False),

@@ -79,11 +79,12 @@ _RETURNED = (c.last_sequence, c.run_count, c.parent_session_id)
 
 @cache
 def bump_statement(dialect: str) -> Executable:
-    """The upsert behind ``bump_session``, with its bound parameters: ``sid``,
-    ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
+    """The upsert behind ``bump_session``, with its bound parameters: ``tenant``,
+    ``sid``, ``messages``, ``runs``, ``now`` and the display columns. On PostgreSQL and
     SQLite it returns ``last_sequence, run_count, parent_session_id``."""
     now = bindparam("now", type_=UTCDateTime())
     values = {
+        "tenant": bindparam("tenant"),
         "session_id": bindparam("sid"),
         "last_sequence": bindparam("messages"),
         "message_count": bindparam("messages"),
@@ -107,10 +108,13 @@ def _bump(dialect: str) -> Prepared:
     return Prepared(bump_statement(dialect))
 
 
-_BUMPED = Prepared(select(*_RETURNED).where(c.session_id == bindparam("sid")))
+_BUMPED = Prepared(
+    select(*_RETURNED).where(c.tenant == bindparam("tenant"), c.session_id == bindparam("sid"))
+)
 
 
 def bump_params(
+    tenant: str,
     session_id: str,
     *,
     messages: int,
@@ -119,7 +123,7 @@ def bump_params(
     create: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The parameters of ``bump_statement`` (see ``bump_session``)."""
-    params = {"sid": session_id, "messages": messages, "runs": runs, "now": now}
+    params = {"tenant": tenant, "sid": session_id, "messages": messages, "runs": runs, "now": now}
     params.update(_DISPLAY)
     params.update(create or {})
     return params
@@ -127,6 +131,7 @@ def bump_params(
 
 def bump_session(
     conn: Connection,
+    tenant: str,
     session_id: str,
     *,
     messages: int,
@@ -142,17 +147,17 @@ def bump_session(
     Returns the last reserved sequence and run position, and the row's parent
     (so a caller can refuse a parent that differs from the stored one).
     """
-    params = bump_params(session_id, messages=messages, runs=runs, now=now, create=create)
+    params = bump_params(tenant, session_id, messages=messages, runs=runs, now=now, create=create)
     result = _bump(conn.dialect.name).execute(conn, params)
     if not capabilities(conn).returning:  # the row is locked: read it back
-        result = _BUMPED.execute(conn, {"sid": session_id})
+        result = _BUMPED.execute(conn, {"tenant": tenant, "sid": session_id})
     row = result.one()
     return Bumped(int(row[0]), int(row[1]), row[2])
 
 
-# One row per entry; the first four values are shared by every row of a run.
+# One row per entry; the first five values are shared by every row of a run.
 _MESSAGE_COLUMNS = (
-    *("session_id", "request_id", "run_id", "created_at"),
+    *("tenant", "session_id", "request_id", "run_id", "created_at"),
     *("sequence", "entry_type", "call_id", "entry_json"),
 )
 _INSERT_MESSAGES = Prepared(messages.insert().values({c: bindparam(c) for c in _MESSAGE_COLUMNS}))
@@ -163,7 +168,7 @@ _INSERT_MESSAGE = Prepared(
     )
 )
 _RUN_COLUMNS = (
-    *("session_id", "run_id", "position", "first_sequence"),
+    *("tenant", "session_id", "run_id", "position", "first_sequence"),
     *("entry_count", "meta_json", "created_at"),
 )
 prepare_insert_ignore(session_runs, _RUN_COLUMNS)  # store_run's run row
@@ -179,6 +184,7 @@ def _append_in_one_statement() -> Executable:
     violation): nothing of it stays, the bump included.
     """
     bump = cast(Insert, bump_statement("postgresql")).cte("bump")
+    tenant = bindparam("tenant", type_=String())
     sid = bindparam("sid", type_=String())
     run_id = bindparam("run_id", type_=String())
     count = bindparam("messages", type_=BigInteger())
@@ -189,6 +195,7 @@ def _append_in_one_statement() -> Executable:
         .from_select(
             list(_RUN_COLUMNS),
             select(
+                tenant,
                 sid,
                 run_id,
                 bump.c.run_count,
@@ -210,6 +217,7 @@ def _append_in_one_statement() -> Executable:
     rows = messages.insert().from_select(
         list(_MESSAGE_COLUMNS),
         select(
+            tenant,
             sid,
             run_id,
             run_id,
@@ -226,7 +234,9 @@ def _append_in_one_statement() -> Executable:
 _APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", _append_in_one_statement)
 
 RUN_STORED = select(r.position).where(
-    r.session_id == bindparam("sid"), r.run_id == bindparam("run_id")
+    r.tenant == bindparam("tenant"),
+    r.session_id == bindparam("sid"),
+    r.run_id == bindparam("run_id"),
 )
 _RUN_KEY = session_runs.primary_key.name
 
@@ -252,12 +262,12 @@ def encode_run(entries: Sequence[object]) -> EncodedRun:
 
 
 def append_in_one_statement(
-    session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+    tenant: str, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
 ) -> tuple[Prepared, dict[str, Any]]:
     """``store_run`` as one statement and its parameters, for backends with
     ``one_statement_writes``: a stored run id makes it fail whole, the bump
     included (``violates_run_key`` tells that failure)."""
-    bump = bump_params(session_id, messages=len(run.documents), runs=1, now=utcnow())
+    bump = bump_params(tenant, session_id, messages=len(run.documents), runs=1, now=utcnow())
     params = {
         **bump,
         "run_id": run_id,
@@ -276,16 +286,22 @@ def violates_run_key(conflict: ConflictError) -> bool:
 
 
 def store_run(
-    conn: Connection, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    run_id: str,
+    meta_json: str | None,
+    run: EncodedRun,
 ) -> bool:
     """Write one run and its entries in the caller's transaction: the bump, the run
     row, the entries. False (with the session already bumped: roll back) when the
     run id is stored."""
     now = utcnow()
     count = len(run.documents)
-    bumped = bump_session(conn, session_id, messages=count, runs=1, now=now)
+    bumped = bump_session(conn, tenant, session_id, messages=count, runs=1, now=now)
     first = bumped.last_sequence - count + 1
     run_row = {
+        "tenant": tenant,
         "session_id": session_id,
         "run_id": run_id,
         "position": bumped.run_count,
@@ -298,6 +314,7 @@ def store_run(
         return False
     if count:
         shared = {
+            "tenant": tenant,
             "session_id": session_id,
             "request_id": run_id,
             "run_id": run_id,
@@ -312,7 +329,7 @@ def store_run(
 
 
 def append_message(
-    conn: Connection, session_id: str, row: dict[str, Any], *, create: dict[str, Any]
+    conn: Connection, tenant: str, session_id: str, row: dict[str, Any], *, create: dict[str, Any]
 ) -> Bumped:
     """Reserve the next sequence for one message and insert ``row`` under it.
 
@@ -320,6 +337,7 @@ def append_message(
     session. The caller checks the returned parent and raises to roll back.
     """
     now = utcnow()
-    bumped = bump_session(conn, session_id, messages=1, runs=0, now=now, create=create)
-    _INSERT_MESSAGE.execute(conn, {**row, "sequence": bumped.last_sequence, "created_at": now})
+    bumped = bump_session(conn, tenant, session_id, messages=1, runs=0, now=now, create=create)
+    message = {**row, "tenant": tenant, "sequence": bumped.last_sequence, "created_at": now}
+    _INSERT_MESSAGE.execute(conn, message)
     return bumped
