@@ -322,18 +322,23 @@ class Database:
 
     # -- transactions ---------------------------------------------------------
 
-    async def read(self, work: Work[T], *, stale: bool = False) -> T:
+    async def read(self, work: Work[T], *, stale: bool = False, tenant: str | None = None) -> T:
         """Run ``work(connection)`` in one read transaction (a consistent snapshot).
 
-        ``stale``: a read replica may answer (up to ``max_replica_lag`` behind)."""
+        ``stale``: a read replica may answer (up to ``max_replica_lag`` behind).
+        ``tenant``: the tenant the work reads for (a store's own), which row-level
+        security (docs/tenants.md) holds the transaction to; None for work that
+        spans tenants."""
         await self.ensure_schema()
         if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
             answered, result = await self._replicas.read(work)
             if answered:
                 return result  # type: ignore[return-value]
-        return await self._run(work, write=False, single_statement=False)
+        return await self._run(work, write=False, single_statement=False, tenant=tenant)
 
-    async def write(self, work: Work[T], *, resolve: Work[T] | None = None) -> T:
+    async def write(
+        self, work: Work[T], *, resolve: Work[T] | None = None, tenant: str | None = None
+    ) -> T:
         """Run ``work(connection)`` in one write transaction: all of it commits or none.
 
         A cancelled caller never leaves a half-applied write: the transaction
@@ -345,10 +350,12 @@ class Database:
         would have (from what the first attempt stored) if it committed, and does
         ``work`` if it did not. It runs after reconnecting, for up to
         ``busy_timeout``; without it (or past that), the caller gets
-        ``OutcomeUnknownError``.
+        ``OutcomeUnknownError``. ``tenant`` as for ``read``.
         """
         await self.ensure_schema()
-        return await self._run(work, write=True, single_statement=False, resolve=resolve)
+        return await self._run(
+            work, write=True, single_statement=False, resolve=resolve, tenant=tenant
+        )
 
     async def read_one(
         self,
@@ -357,6 +364,7 @@ class Database:
         *,
         first_column: bool = False,
         stale: bool = False,
+        tenant: str | None = None,
     ) -> Sequence[Any]:
         """The rows of one statement, which sees one snapshot by itself: on
         PostgreSQL it runs without BEGIN and COMMIT (two round trips fewer).
@@ -364,27 +372,30 @@ class Database:
         ``first_column``: the first value of each row instead, taken where the
         statement ran (SQLite's thread), so a long result reaches the caller as one
         list of values, not as thousands of row objects its garbage collector must
-        walk while it decodes them. ``stale``: a read replica may answer."""
+        walk while it decodes them. ``stale``: a read replica may answer.
+        ``tenant`` as for ``read``."""
         await self.ensure_schema()
         work = _one(statement, params, first_column)
         if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
             answered, result = await self._replicas.read(work)
             if answered:
                 return result  # type: ignore[return-value]
-        return await self._run(work, write=False, single_statement=True)
+        return await self._run(work, write=False, single_statement=True, tenant=tenant)
 
-    async def write_one(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
+    async def write_one(
+        self, statement: Statement, params: Mapping[str, Any], *, tenant: str | None = None
+    ) -> Sequence[Any]:
         """Run one statement that returns rows, atomic by itself, and return them.
 
         On PostgreSQL it runs without BEGIN and COMMIT. It must be idempotent:
         a connection lost mid-statement (or at COMMIT, behind a transaction
         pooler) is retried, and the first attempt may have committed. Taking a
         statement, not a work, is what keeps a second statement from running
-        outside a transaction.
+        outside a transaction. ``tenant`` as for ``read``.
         """
         await self.ensure_schema()
         work = _one(statement, params)
-        return await self._run(work, write=True, single_statement=True, resolve=work)
+        return await self._run(work, write=True, single_statement=True, resolve=work, tenant=tenant)
 
     async def read_unchecked(self, work: Work[T]) -> T:
         """``read`` without the schema check (the gate itself uses it)."""
@@ -407,6 +418,7 @@ class Database:
         single_statement: bool,
         lock_wait: float | None = None,
         resolve: Work[T] | None = None,
+        tenant: str | None = None,
     ) -> T:
         """Run ``work`` on the executor, again after a short pause while it fails
         retry-safely.
