@@ -27,6 +27,11 @@ different collations is refused. Pass ``render_item`` to the host's
 
 Stored JSON columns (``*_json``) hold the exact text the stores wrote; decode
 them with ``lovia_store.entry_from_dict`` (entries) or ``json.loads``.
+
+Every row but ``lovia_schema``'s belongs to a ``tenant`` (``""``, the default
+tenant, unless a store was given one), which leads every key: a query for one
+customer filters on it, and joins between these tables match it too (the
+relationships here do). See docs/tenants.md.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class SessionRow(StoreBase):
 
     __table__ = tables.sessions
 
+    tenant: Mapped[str]
     session_id: Mapped[str]
     parent_session_id: Mapped[str | None]
     session_type: Mapped[int]
@@ -116,6 +122,7 @@ class MessageRow(StoreBase):
 
     __table__ = tables.messages
 
+    tenant: Mapped[str]
     session_id: Mapped[str]
     sequence: Mapped[int]
     request_id: Mapped[str]
@@ -154,6 +161,7 @@ class SessionRunRow(StoreBase):
 
     __table__ = tables.session_runs
 
+    tenant: Mapped[str]
     session_id: Mapped[str]
     run_id: Mapped[str]
     position: Mapped[int]
@@ -171,6 +179,7 @@ class SnapshotRow(StoreBase):
 
     __table__ = tables.snapshots
 
+    tenant: Mapped[str]
     session_id: Mapped[str]
     version: Mapped[int]
     snapshot_id: Mapped[str]
@@ -189,6 +198,7 @@ class RunHeadRow(StoreBase):
 
     __table__ = tables.run_heads
 
+    tenant: Mapped[str]
     run_id: Mapped[str]
     status: Mapped[str]
     head_json: Mapped[str]
@@ -210,6 +220,7 @@ class RunEntryRow(StoreBase):
 
     __table__ = tables.run_entries
 
+    tenant: Mapped[str]
     run_id: Mapped[str]
     position: Mapped[int]
     entry_json: Mapped[str]
@@ -223,6 +234,7 @@ class ToolEffectRow(StoreBase):
 
     __table__ = tables.tool_effects
 
+    tenant: Mapped[str]
     run_id: Mapped[str]
     call_id: Mapped[str]
     tool_name: Mapped[str]
@@ -238,6 +250,7 @@ class RunLeaseRow(StoreBase):
 
     __table__ = tables.run_leases
 
+    tenant: Mapped[str]
     run_id: Mapped[str]
     token: Mapped[int]
     lease_id: Mapped[str]
