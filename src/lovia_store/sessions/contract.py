@@ -9,9 +9,17 @@ from uuid import uuid4
 
 from .._json import dump_object
 from ..entries import TranscriptEntry, check_entries
+from ..errors import UserError
 from ..validation import check_id
 
-__all__ = ["ForkOrigin", "Segment", "Session", "check_append", "checked_append"]
+__all__ = [
+    "ForkOrigin",
+    "Segment",
+    "Session",
+    "check_append",
+    "check_checkpointer_tenant",
+    "checked_append",
+]
 
 T = TypeVar("T")
 
@@ -80,3 +88,14 @@ def checked_append(
     check_id(session_id, "session_id")
     chosen = uuid4().hex if run_id is None else check_id(run_id, "run_id")
     return chosen, check(entries), None if meta is None else dump_object(meta, "meta")
+
+
+def check_checkpointer_tenant(tenant: str, checkpointer: object) -> None:
+    """Refuse a rewind's checkpointer of another tenant: the runs a rewind touches are
+    its session's tenant's, and deleting the same run ids elsewhere would reach another
+    tenant's checkpoints. A checkpointer without a ``tenant`` (a third party's) passes."""
+    other = getattr(checkpointer, "tenant", tenant)
+    if other != tenant:
+        raise UserError(
+            f"the checkpointer works for tenant {other!r}, this session store for {tenant!r}"
+        )

@@ -10,7 +10,8 @@ longer says what its framework's message said: its envelope goes, as trim's
 does, and the framework reads the row from its entries.
 
 Sessions without such rows (everything lovia's own API writes) never read a
-document here: one indexed probe says there is none.
+document here: one indexed probe says there is none. Every statement is scoped
+by the ``tenant`` parameter as well as the session id.
 """
 
 from __future__ import annotations
@@ -36,20 +37,24 @@ __all__ = ["EntryCut", "drop_dangling_in_rows", "entry_cut", "rewrite_row"]
 
 m = messages.c
 _SID = bindparam("sid", type_=String())
+_TENANT = bindparam("tenant", type_=String())
 _SEQ = bindparam("seq", type_=BigInteger())
 _HAS_MULTIPLE = Prepared(
-    select(m.sequence).where(m.session_id == _SID, m.entry_type == MULTIPLE_ENTRIES).limit(1)
+    select(m.sequence)
+    .where(m.tenant == _TENANT, m.session_id == _SID, m.entry_type == MULTIPLE_ENTRIES)
+    .limit(1)
 )
 # Every row's sequence and type; the document only of rows that hold several entries.
 _ROWS = Prepared(
     select(m.sequence, case((m.entry_type == MULTIPLE_ENTRIES, m.entry_json)))
-    .where(m.session_id == _SID)
+    .where(m.tenant == _TENANT, m.session_id == _SID)
     .order_by(m.sequence)
 )
-_DOCUMENT = Prepared(select(m.entry_json).where(m.session_id == _SID, m.sequence == _SEQ))
+_KEY = (m.tenant == _TENANT) & (m.session_id == _SID) & (m.sequence == _SEQ)
+_DOCUMENT = Prepared(select(m.entry_json).where(_KEY))
 _REWRITE = Prepared(
     update(messages)
-    .where(m.session_id == _SID, m.sequence == _SEQ)
+    .where(_KEY)
     .values(
         entry_type=bindparam("entry_type", type_=String()),
         call_id=bindparam("call_id", type_=String()),
@@ -58,7 +63,7 @@ _REWRITE = Prepared(
         updated_at=bindparam("now", type_=UTCDateTime()),
     )
 )
-_DELETE_ROW = Prepared(delete(messages).where(m.session_id == _SID, m.sequence == _SEQ))
+_DELETE_ROW = Prepared(delete(messages).where(_KEY))
 
 
 @dataclass(frozen=True)
@@ -75,13 +80,14 @@ class EntryCut:
     dropped: int
 
 
-def entry_cut(conn: Connection, session_id: str, keep_entries: int) -> EntryCut | None:
+def entry_cut(conn: Connection, tenant: str, session_id: str, keep_entries: int) -> EntryCut | None:
     """The cut in entries, or None for a session whose rows are one entry each."""
-    if _HAS_MULTIPLE.execute(conn, {"sid": session_id}).first() is None:
+    key = {"tenant": tenant, "sid": session_id}
+    if _HAS_MULTIPLE.execute(conn, key).first() is None:
         return None
     kept = rows = dropped = 0
     split: tuple[int, list[Any]] | None = None
-    for sequence, document in _ROWS.execute(conn, {"sid": session_id}).all():
+    for sequence, document in _ROWS.execute(conn, key).all():
         entries = [None] if document is None else json_documents([document])[0]
         if kept + len(entries) <= keep_entries:
             kept += len(entries)
@@ -95,9 +101,11 @@ def entry_cut(conn: Connection, session_id: str, keep_entries: int) -> EntryCut 
     return EntryCut(rows, split, dropped)
 
 
-def rewrite_row(conn: Connection, session_id: str, sequence: int, kept: list[Any]) -> bool:
+def rewrite_row(
+    conn: Connection, tenant: str, session_id: str, sequence: int, kept: list[Any]
+) -> bool:
     """Store ``kept`` (entry dicts) as the row's entries; False when none is left (deleted)."""
-    key = {"sid": session_id, "seq": sequence}
+    key = {"tenant": tenant, "sid": session_id, "seq": sequence}
     if not kept:
         _DELETE_ROW.execute(conn, key)
         return False
@@ -114,7 +122,7 @@ def rewrite_row(conn: Connection, session_id: str, sequence: int, kept: list[Any
 
 
 def drop_dangling_in_rows(
-    conn: Connection, session_id: str, sequences: Sequence[int], answered: set[str]
+    conn: Connection, tenant: str, session_id: str, sequences: Sequence[int], answered: set[str]
 ) -> tuple[int, int, list[int]]:
     """Remove tool calls without a result from the multi-entry rows ``sequences``.
 
@@ -124,7 +132,8 @@ def drop_dangling_in_rows(
     removed = deleted = 0
     changed: list[int] = []
     for sequence in sequences:
-        document = _DOCUMENT.execute(conn, {"sid": session_id, "seq": sequence}).scalar_one()
+        key = {"tenant": tenant, "sid": session_id, "seq": sequence}
+        document = _DOCUMENT.execute(conn, key).scalar_one()
         entries = json_documents([document])[0]
         kept = [
             e
@@ -135,6 +144,6 @@ def drop_dangling_in_rows(
             continue
         removed += len(entries) - len(kept)
         changed.append(sequence)
-        if not rewrite_row(conn, session_id, sequence, kept):
+        if not rewrite_row(conn, tenant, session_id, sequence, kept):
             deleted += 1
     return removed, deleted, changed

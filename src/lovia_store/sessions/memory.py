@@ -11,8 +11,8 @@ from .._json import dump_object, load_object
 from .._lovia_guard import refuse_lovias_runner
 from ..entries import ToolResultEntry, TranscriptEntry, call_id_of
 from ..errors import UserError
-from ..validation import check_call_ids, check_count, check_id
-from .contract import ForkOrigin, Segment, check_append
+from ..validation import DEFAULT_TENANT, check_call_ids, check_count, check_id, check_tenant
+from .contract import ForkOrigin, Segment, check_append, check_checkpointer_tenant
 from .trimming import rewind_split, trim_entry
 
 if TYPE_CHECKING:
@@ -26,10 +26,13 @@ class InMemorySession:
 
     Behaves exactly like the SQL stores (the same contract suite runs on
     both): meta is copied on the way in and out, so a caller never shares a
-    dict with the store.
+    dict with the store. Its sessions are its own, so one store is one tenant:
+    ``tenant`` is checked as the SQL stores check it and kept as ``.tenant``
+    (a rewind refuses a checkpointer of another tenant, as theirs does).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, tenant: str | None = None) -> None:
+        self.tenant: str = DEFAULT_TENANT if tenant is None else check_tenant(tenant)
         self._segments: dict[str, list[Segment]] = {}
         self._origins: dict[str, ForkOrigin] = {}
         self._updated: dict[str, datetime] = {}
@@ -104,6 +107,7 @@ class InMemorySession:
         with ``checkpointer``, also the checkpoints of the runs the cut touched."""
         check_id(session_id, "session_id")
         check_count(keep_entries, "keep_entries", minimum=0)
+        check_checkpointer_tenant(self.tenant, checkpointer)
         async with self._lock:
             segments = self._segments.get(session_id, [])
             kept, boundary, removed = rewind_split(segments, keep_entries)

@@ -2,7 +2,9 @@
 
 Entry documents are read as UTF-8 bytes on SQLite (see ``utf8_bytes``), and by
 the reads of a whole session on asyncpg too. Statements are built once with
-bound parameters (no construction or cache key per call).
+bound parameters (no construction or cache key per call). Every statement is
+scoped by its ``tenant`` parameter, which leads every key and index: the same
+session id in two tenants is two sessions.
 """
 
 from __future__ import annotations
@@ -33,23 +35,32 @@ E = TypeVar("E")
 m = messages.c
 r = session_runs.c
 SID = bindparam("sid", type_=String())
+TENANT = bindparam("tenant", type_=String())
 DOCUMENT = utf8_bytes(m.entry_json).label("entry_json")
 EVERY_DOCUMENT = utf8_bytes_every_row(m.entry_json).label("entry_json")
-LOAD = select(EVERY_DOCUMENT).where(m.session_id == bindparam("sid")).order_by(m.sequence)
+LOAD = (
+    select(EVERY_DOCUMENT)
+    .where(m.tenant == bindparam("tenant"), m.session_id == bindparam("sid"))
+    .order_by(m.sequence)
+)
 BATCH = (
     select(m.sequence, DOCUMENT)
-    .where(m.session_id == bindparam("sid"), m.sequence > bindparam("after"))
+    .where(
+        m.tenant == bindparam("tenant"),
+        m.session_id == bindparam("sid"),
+        m.sequence > bindparam("after"),
+    )
     .order_by(m.sequence)
     .limit(bindparam("size", type_=BigInteger))
 )
 SEGMENT_ROWS = (
     select(m.sequence, m.request_id, m.run_id, EVERY_DOCUMENT)
-    .where(m.session_id == bindparam("sid"))
+    .where(m.tenant == bindparam("tenant"), m.session_id == bindparam("sid"))
     .order_by(m.sequence)
 )
 SEGMENT_RUNS = (
     select(r.run_id, r.first_sequence, r.entry_count, r.meta_json)
-    .where(r.session_id == bindparam("sid"))
+    .where(r.tenant == bindparam("tenant"), r.session_id == bindparam("sid"))
     .order_by(r.position)
 )
 
@@ -108,6 +119,7 @@ def build_segments(
 _ROWS_BELOW = Prepared(
     select(m.sequence, m.run_id, m.request_id, m.entry_type, m.call_id)
     .where(
+        m.tenant == TENANT,
         m.session_id == SID,
         m.sequence < bindparam("below", type_=BigInteger()),
     )
@@ -116,7 +128,7 @@ _ROWS_BELOW = Prepared(
 )
 
 
-def rows_below(conn: Connection, session_id: str, below: int) -> Iterator[Any]:
+def rows_below(conn: Connection, tenant: str, session_id: str, below: int) -> Iterator[Any]:
     """The session's rows before sequence ``below``, last first, as
     ``(sequence, run_id, request_id, entry_type, call_id)``.
 
@@ -126,7 +138,8 @@ def rows_below(conn: Connection, session_id: str, below: int) -> Iterator[Any]:
     """
     size = 64
     while True:
-        rows = _ROWS_BELOW.execute(conn, {"sid": session_id, "below": below, "size": size}).all()
+        params = {"tenant": tenant, "sid": session_id, "below": below, "size": size}
+        rows = _ROWS_BELOW.execute(conn, params).all()
         yield from rows
         if len(rows) < size:
             return

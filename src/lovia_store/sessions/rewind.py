@@ -1,4 +1,8 @@
-"""``rewind`` and ``clear`` in SQL: cut a session after its first entries, or delete it."""
+"""``rewind`` and ``clear`` in SQL: cut a session after its first entries, or delete it.
+
+Every statement is scoped by the ``tenant`` parameter as well as the session id:
+a store of one tenant never reaches another's rows of the same session id.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.types import UTCDateTime, utcnow
 from ..entries import MULTIPLE_ENTRIES
 from .entry_rows import drop_dangling_in_rows, entry_cut, rewrite_row
-from .reads import SID, rows_below
+from .reads import SID, TENANT, rows_below
 
 __all__ = ["delete_session_rows", "rewind_rows"]
 
@@ -21,27 +25,43 @@ r = session_runs.c
 _CUT = bindparam("cut", type_=BigInteger())
 _CUT_ROW = Prepared(
     select(m.sequence, m.run_id, m.request_id)
-    .where(m.session_id == SID)
+    .where(m.tenant == TENANT, m.session_id == SID)
     .order_by(m.sequence)
     .limit(1)
     .offset(bindparam("keep", type_=BigInteger))
 )
 _SESSION_LOCKED = (
-    select(sessions.c.session_id).where(sessions.c.session_id == SID).with_for_update()
+    select(sessions.c.session_id)
+    .where(sessions.c.tenant == TENANT, sessions.c.session_id == SID)
+    .with_for_update()
 )
-_DELETE_TAIL = Prepared(delete(messages).where(m.session_id == SID, m.sequence >= _CUT))
+_DELETE_TAIL = Prepared(
+    delete(messages).where(m.tenant == TENANT, m.session_id == SID, m.sequence >= _CUT)
+)
 _DELETE_ONE = Prepared(
-    delete(messages).where(m.session_id == SID, m.sequence == bindparam("seq", type_=BigInteger))
+    delete(messages).where(
+        m.tenant == TENANT,
+        m.session_id == SID,
+        m.sequence == bindparam("seq", type_=BigInteger),
+    )
 )
 # Runs after the cut. A run without entries at the cut (first sequence up to
 # "empty_after", the cut unless it lands inside a row) stays, as in lovia.
-_LATER_RUNS = (r.session_id == SID) & (
-    ((r.entry_count > 0) & (r.first_sequence >= _CUT))
-    | ((r.entry_count == 0) & (r.first_sequence > bindparam("empty_after", type_=BigInteger())))
+_LATER_RUNS = (
+    (r.tenant == TENANT)
+    & (r.session_id == SID)
+    & (
+        ((r.entry_count > 0) & (r.first_sequence >= _CUT))
+        | ((r.entry_count == 0) & (r.first_sequence > bindparam("empty_after", type_=BigInteger())))
+    )
 )
 _SELECT_LATER_RUNS = Prepared(select(r.run_id).where(_LATER_RUNS))
 _DELETE_LATER_RUNS = Prepared(delete(session_runs).where(_LATER_RUNS))
-_CUT_RUN = (r.session_id == SID) & (r.run_id == bindparam("cut_run_id", type_=String()))
+_CUT_RUN = (
+    (r.tenant == TENANT)
+    & (r.session_id == SID)
+    & (r.run_id == bindparam("cut_run_id", type_=String()))
+)
 _SHORTEN_CUT_RUN = Prepared(
     update(session_runs)
     .where(_CUT_RUN)
@@ -50,13 +70,14 @@ _SHORTEN_CUT_RUN = Prepared(
 _DELETE_CUT_RUN = Prepared(delete(session_runs).where(_CUT_RUN))
 _DELETE_COVERING_SNAPSHOTS = Prepared(
     delete(snapshots).where(
+        snapshots.c.tenant == TENANT,
         snapshots.c.session_id == SID,
         snapshots.c.compacted_through_sequence >= bindparam("lowest", type_=BigInteger()),
     )
 )
 _REWOUND_SESSION = Prepared(
     update(sessions)
-    .where(sessions.c.session_id == SID)
+    .where(sessions.c.tenant == TENANT, sessions.c.session_id == SID)
     .values(
         message_count=sessions.c.message_count - bindparam("removed", type_=BigInteger()),
         updated_at=bindparam("now", type_=UTCDateTime()),
@@ -66,16 +87,18 @@ _REWOUND_SESSION = Prepared(
 # (while none goes it already is: every writer keeps it so).
 _RESET_SNAPSHOT_VERSION = Prepared(
     update(sessions)
-    .where(sessions.c.session_id == SID)
+    .where(sessions.c.tenant == TENANT, sessions.c.session_id == SID)
     .values(
         snapshot_version=select(func.coalesce(func.max(snapshots.c.version), 0))
-        .where(snapshots.c.session_id == SID)
+        .where(snapshots.c.tenant == TENANT, snapshots.c.session_id == SID)
         .scalar_subquery()
     )
 )
 
 
-def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[int, list[str]]:
+def rewind_rows(
+    conn: Connection, tenant: str, session_id: str, keep_entries: int
+) -> tuple[int, list[str]]:
     """Rewind inside the caller's transaction; returns the entries removed and the
     ids of the runs the cut truncated or deleted.
 
@@ -84,19 +107,20 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     counting entries, a row it lands inside keeps its prefix, and dangling
     calls inside such rows go too.
     """
+    key = {"tenant": tenant, "sid": session_id}
     if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
         # The session's row first, as a fork and an append take it: one waits for the
         # other instead of each holding rows the other needs (a deadlock on InnoDB).
-        conn.execute(_SESSION_LOCKED, {"sid": session_id})
-    plan = entry_cut(conn, session_id, keep_entries)
+        conn.execute(_SESSION_LOCKED, key)
+    plan = entry_cut(conn, tenant, session_id, keep_entries)
     keep_rows = keep_entries if plan is None else plan.keep_rows
     changed: list[int] = []  # sequences of multi-entry rows shortened
-    cut_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_rows}).first()
+    cut_row = _CUT_ROW.execute(conn, {**key, "keep": keep_rows}).first()
     if plan is not None and plan.split is not None:
         # The first entry removed is inside a row: that row's segment is the cut one.
         split_sequence, split_kept = plan.split
-        split_row = _CUT_ROW.execute(conn, {"sid": session_id, "keep": keep_rows - 1}).one()
-        rewrite_row(conn, session_id, split_sequence, split_kept)
+        split_row = _CUT_ROW.execute(conn, {**key, "keep": keep_rows - 1}).one()
+        rewrite_row(conn, tenant, session_id, split_sequence, split_kept)
         changed.append(split_sequence)
         cut = split_sequence + 1 if cut_row is None else cut_row[0]
         _, cut_run_id, cut_request_id = split_row
@@ -107,11 +131,12 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     else:
         cut, cut_run_id, cut_request_id = cut_row
         below = empty_after = cut
-    at_cut = {"sid": session_id, "cut": cut}
+    at_cut = {**key, "cut": cut}
     # The part of the cut segment that stays: contiguous rows before the cut
     # with the same run/request. Its tool calls without a result go too.
     kept_part: list[tuple[int, str, str | None]] = []  # (sequence, entry_type, call_id)
-    for sequence, run_id, request_id, entry_type, call_id in rows_below(conn, session_id, below):
+    for row in rows_below(conn, tenant, session_id, below):
+        sequence, run_id, request_id, entry_type, call_id = row
         if (run_id, request_id) != (cut_run_id, cut_request_id):
             break
         kept_part.append((sequence, entry_type, call_id))
@@ -128,12 +153,14 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     rows_removed = int(_DELETE_TAIL.execute(conn, at_cut).rowcount)
     removed = rows_removed if plan is None else plan.dropped
     if dangling:
-        _DELETE_ONE.execute(conn, {"sid": session_id}, [{"seq": seq} for seq in dangling])
+        _DELETE_ONE.execute(conn, key, [{"seq": seq} for seq in dangling])
         removed += len(dangling)
         rows_removed += len(dangling)
     multiple = [seq for seq, entry_type, _ in kept_part if entry_type == MULTIPLE_ENTRIES]
     if multiple:
-        dropped, emptied, shortened = drop_dangling_in_rows(conn, session_id, multiple, answered)
+        dropped, emptied, shortened = drop_dangling_in_rows(
+            conn, tenant, session_id, multiple, answered
+        )
         removed += dropped
         rows_removed += emptied
         changed += shortened
@@ -144,20 +171,24 @@ def rewind_rows(conn: Connection, session_id: str, keep_entries: int) -> tuple[i
     _DELETE_LATER_RUNS.execute(conn, later)
     if cut_run_id is not None and kept_part:
         remaining = len(kept_part) - len(dangling)
-        cut_run = {"sid": session_id, "cut_run_id": cut_run_id, "remaining": remaining}
+        cut_run = {**key, "cut_run_id": cut_run_id, "remaining": remaining}
         (_SHORTEN_CUT_RUN if remaining else _DELETE_CUT_RUN).execute(conn, cut_run)
     lowest_removed = min([cut, *dangling, *changed])
-    covering = {"sid": session_id, "lowest": lowest_removed}
+    covering = {**key, "lowest": lowest_removed}
     if _DELETE_COVERING_SNAPSHOTS.execute(conn, covering).rowcount:
-        _RESET_SNAPSHOT_VERSION.execute(conn, {"sid": session_id})
-    rewound = {"sid": session_id, "removed": rows_removed, "now": utcnow()}
+        _RESET_SNAPSHOT_VERSION.execute(conn, key)
+    rewound = {**key, "removed": rows_removed, "now": utcnow()}
     _REWOUND_SESSION.execute(conn, rewound)
     return removed, touched
 
 
-def delete_session_rows(conn: Connection, session_id: str) -> bool:
-    """Delete a session and everything it owns; True when it existed."""
+def delete_session_rows(conn: Connection, tenant: str, session_id: str) -> bool:
+    """Delete a session of ``tenant`` and everything it owns; True when it existed."""
     for table in (messages, session_runs, snapshots):
-        conn.execute(delete(table).where(table.c.session_id == session_id))
-    result = conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+        conn.execute(
+            delete(table).where(table.c.tenant == tenant, table.c.session_id == session_id)
+        )
+    result = conn.execute(
+        delete(sessions).where(sessions.c.tenant == tenant, sessions.c.session_id == session_id)
+    )
     return bool(result.rowcount)

@@ -6,6 +6,9 @@ covers, its meta) whose primary key makes ``append`` idempotent by run id.
 Messages written one at a time through the Raw Log API belong to no run: in
 the segment view, consecutive messages that share a ``request_id`` form one
 segment whose run id is that request id and whose meta is None.
+
+Every statement and every call is scoped to the store's ``tenant``: the same session
+id in two tenants is two sessions, and no method reaches another tenant's rows.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..entries import (
 )
 from ..errors import ConflictError
 from ..validation import check_call_ids, check_count, check_id
-from .contract import ForkOrigin, Segment, checked_append
+from .contract import ForkOrigin, Segment, check_checkpointer_tenant, checked_append
 from .log import (
     RUN_STORED,
     EncodedRun,
@@ -56,10 +59,13 @@ class _AlreadyStored(Exception):
 
 
 class SQLSession(SQLStore):
-    """Lovia sessions on any SQL backend; see ``Session`` for the contract."""
+    """Lovia sessions on any SQL backend; see ``Session`` for the contract.
 
-    def __init__(self, target: StoreTarget) -> None:
-        super().__init__(target)
+    ``tenant`` scopes every session id (None: the Database's tenant).
+    """
+
+    def __init__(self, target: StoreTarget, *, tenant: str | None = None) -> None:
+        super().__init__(target, tenant=tenant)
 
     # -- reading --------------------------------------------------------------
 
@@ -75,7 +81,8 @@ class SQLSession(SQLStore):
         """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
-        documents = await self.database.read_one(LOAD, {"sid": session_id}, first_column=True)
+        key = {"tenant": self.tenant, "sid": session_id}
+        documents = await self.database.read_one(LOAD, key, first_column=True, tenant=self.tenant)
         # One document per entry: a row holding several (a zett message) is split.
         return expand_documents(documents, session_rows(session_id))
 
@@ -96,8 +103,8 @@ class SQLSession(SQLStore):
     async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
         after = 0
         while True:
-            params = {"sid": session_id, "after": after, "size": size}
-            rows = await self.database.read_one(BATCH, params)
+            params = {"tenant": self.tenant, "sid": session_id, "after": after, "size": size}
+            rows = await self.database.read_one(BATCH, params, tenant=self.tenant)
             where = session_rows(session_id, rows)
             for entry in entries_from_json_rows([row.entry_json for row in rows], where):
                 yield entry
@@ -120,12 +127,14 @@ class SQLSession(SQLStore):
         documents by ``decode`` (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
+        key = {"tenant": self.tenant, "sid": session_id}
+
         def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
-            rows = conn.execute(SEGMENT_ROWS, {"sid": session_id}).all()
-            runs = conn.execute(SEGMENT_RUNS, {"sid": session_id}).all()
+            rows = conn.execute(SEGMENT_ROWS, key).all()
+            runs = conn.execute(SEGMENT_RUNS, key).all()
             return rows, runs
 
-        rows, runs = await self.database.read(work)
+        rows, runs = await self.database.read(work, tenant=self.tenant)
         return build_segments(session_id, rows, runs, decode)
 
     # -- writing --------------------------------------------------------------
@@ -148,23 +157,24 @@ class SQLSession(SQLStore):
     ) -> None:
         """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
         check_call_ids(run.call_ids)
+        tenant = self.tenant
 
         if capabilities(self.database.dialect).one_statement_writes:
             # One statement, atomic and idempotent by run id: the same append as below.
-            statement, params = append_in_one_statement(session_id, run_id, meta_json, run)
+            statement, params = append_in_one_statement(tenant, session_id, run_id, meta_json, run)
             try:
-                await self.database.write_one(statement, params)
+                await self.database.write_one(statement, params, tenant=tenant)
             except ConflictError as exc:
                 if not await self._run_stored(exc, session_id, run_id):
                     raise
             return
 
         def work(conn: Connection) -> None:
-            if not store_run(conn, session_id, run_id, meta_json, run):
+            if not store_run(conn, tenant, session_id, run_id, meta_json, run):
                 raise _AlreadyStored
 
         with contextlib.suppress(_AlreadyStored):
-            await self.database.write(work, resolve=work)
+            await self.database.write(work, resolve=work, tenant=tenant)
 
     async def _run_stored(self, conflict: ConflictError, session_id: str, run_id: str) -> bool:
         """Whether ``conflict`` is the idempotent no-op: the run is stored already.
@@ -175,8 +185,8 @@ class SQLSession(SQLStore):
         """
         if violates_run_key(conflict):
             return True
-        key = {"sid": session_id, "run_id": run_id}
-        return bool(await self.database.read_one(RUN_STORED, key))
+        key = {"tenant": self.tenant, "sid": session_id, "run_id": run_id}
+        return bool(await self.database.read_one(RUN_STORED, key, tenant=self.tenant))
 
     async def clear(self, session_id: str) -> None:
         """Delete the session: its entries, runs, snapshots and identity."""
@@ -184,10 +194,12 @@ class SQLSession(SQLStore):
 
         from .rewind import delete_session_rows
 
-        def work(conn: Connection) -> None:
-            delete_session_rows(conn, session_id)
+        tenant = self.tenant
 
-        await self.database.write(work)
+        def work(conn: Connection) -> None:
+            delete_session_rows(conn, tenant, session_id)
+
+        await self.database.write(work, tenant=tenant)
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
@@ -204,10 +216,12 @@ class SQLSession(SQLStore):
 
         from .trim import trim_rows
 
-        def work(conn: Connection) -> int:
-            return trim_rows(conn, session_id, keep_chars, keep_runs)
+        tenant = self.tenant
 
-        return await self.database.write(work)
+        def work(conn: Connection) -> int:
+            return trim_rows(conn, tenant, session_id, keep_chars, keep_runs)
+
+        return await self.database.write(work, tenant=tenant)
 
     async def rewind(
         self, session_id: str, *, keep_entries: int, checkpointer: Checkpointer | None = None
@@ -219,15 +233,19 @@ class SQLSession(SQLStore):
         removed entry go too. With ``checkpointer``, the checkpoints of every
         run the cut touched are deleted as well (in the same transaction when
         the checkpointer shares this database), so a later resume cannot
-        replay the undone tail. Returns the number of entries removed.
+        replay the undone tail. Returns the number of entries removed. A
+        checkpointer of another tenant is refused (``UserError``): the runs are
+        this tenant's.
         """
         check_id(session_id, "session_id")
         check_count(keep_entries, "keep_entries", minimum=0)
+        tenant = self.tenant
+        check_checkpointer_tenant(tenant, checkpointer)
         same_database = getattr(checkpointer, "database", None) is self.database
         from .rewind import rewind_rows
 
         def work(conn: Connection) -> tuple[int, list[str]]:
-            removed, touched = rewind_rows(conn, session_id, keep_entries)
+            removed, touched = rewind_rows(conn, tenant, session_id, keep_entries)
             if same_database:
                 # Here, not at the top: a session-only process never loads the checkpoint
                 # stores (a checkpointer on this database has loaded this module already).
@@ -236,7 +254,7 @@ class SQLSession(SQLStore):
                 delete_runs(conn, touched)
             return removed, touched
 
-        removed, touched = await self.database.write(work)
+        removed, touched = await self.database.write(work, tenant=tenant)
         if checkpointer is not None and not same_database:
             for run_id in touched:
                 await checkpointer.delete(run_id)
@@ -250,7 +268,8 @@ class SQLSession(SQLStore):
         meta), the origin is untouched, and the new session records its origin
         (``fork_origin``). One transaction. Returns the entries the new session
         holds. An unknown origin, an existing ``new_session_id`` or a count past
-        the origin's entries raise ``UserError`` and change nothing.
+        the origin's entries raise ``UserError`` and change nothing. Both sessions
+        are this store's tenant's: a fork never crosses tenants.
         """
         check_id(session_id, "session_id")
         check_id(new_session_id, "new_session_id")
@@ -258,10 +277,12 @@ class SQLSession(SQLStore):
 
         from .fork import fork_rows
 
-        def work(conn: Connection) -> int:
-            return fork_rows(conn, session_id, new_session_id, keep_entries)
+        tenant = self.tenant
 
-        return await self.database.write(work)
+        def work(conn: Connection) -> int:
+            return fork_rows(conn, tenant, session_id, new_session_id, keep_entries)
+
+        return await self.database.write(work, tenant=tenant)
 
     async def fork_origin(self, session_id: str) -> ForkOrigin | None:
         """The session and entry count ``session_id`` was forked from; None when it
@@ -269,7 +290,8 @@ class SQLSession(SQLStore):
         check_id(session_id, "session_id")
         from .fork import FORK_ORIGIN
 
-        rows = await self.database.read_one(FORK_ORIGIN, {"sid": session_id})
+        key = {"tenant": self.tenant, "sid": session_id}
+        rows = await self.database.read_one(FORK_ORIGIN, key, tenant=self.tenant)
         if not rows or rows[0][0] is None:
             return None
         return ForkOrigin(rows[0][0], int(rows[0][1]))
@@ -278,5 +300,7 @@ class SQLSession(SQLStore):
 class SQLiteSession(SQLSession):
     """``SQLSession`` on a SQLite file; ``wal=True`` for files shared by several writers."""
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
-        SQLStore.__init__(self, path, wal=wal)
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = False, tenant: str | None = None
+    ) -> None:
+        SQLStore.__init__(self, path, wal=wal, tenant=tenant)

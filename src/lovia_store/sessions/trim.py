@@ -18,7 +18,7 @@ from ..db.tables import messages, session_runs
 from ..db.text_sql import byte_length
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import ToolResultEntry, entries_from_json_rows, entry_to_json, session_rows
-from .reads import DOCUMENT, SID, rows_below
+from .reads import DOCUMENT, SID, TENANT, rows_below
 from .trimming import trim_entry
 
 __all__ = ["NO_CUTOFF", "trim_rows"]
@@ -29,6 +29,7 @@ NO_CUTOFF = 2**63 - 1
 _TRIM_BATCH = 256
 _TRIM_CANDIDATES = Prepared(
     select(m.sequence, DOCUMENT).where(
+        m.tenant == TENANT,
         m.session_id == SID,
         m.sequence < bindparam("cutoff", type_=BigInteger()),
         m.entry_type == "tool_result",
@@ -39,7 +40,11 @@ _TRIM_CANDIDATES = Prepared(
 # space would not be reclaimed.
 _TRIM = Prepared(
     update(messages)
-    .where(m.session_id == bindparam("sid"), m.sequence == bindparam("seq"))
+    .where(
+        m.tenant == bindparam("tenant"),
+        m.session_id == bindparam("sid"),
+        m.sequence == bindparam("seq"),
+    )
     .values(
         entry_json=bindparam("doc"),
         envelope_json=null(),
@@ -57,7 +62,11 @@ def _trim_in_one_statement() -> Executable:
     )
     return (
         update(messages)
-        .where(m.session_id == bindparam("sid"), m.sequence == given.c.seq.cast(BigInteger))
+        .where(
+            m.tenant == bindparam("tenant"),
+            m.session_id == bindparam("sid"),
+            m.sequence == given.c.seq.cast(BigInteger),
+        )
         .values(
             entry_json=given.c.doc,
             envelope_json=null(),
@@ -69,12 +78,14 @@ def _trim_in_one_statement() -> Executable:
 _TRIM_IN_ONE_STATEMENT = Prepared.only_on("postgresql", _trim_in_one_statement)
 _EMPTY_RUNS = Prepared(
     select(r.first_sequence)
-    .where(r.session_id == SID, r.entry_count == 0)
+    .where(r.tenant == TENANT, r.session_id == SID, r.entry_count == 0)
     .order_by(r.first_sequence.desc())
 )
 
 
-def first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> int | None:
+def first_kept_sequence(
+    conn: Connection, tenant: str, session_id: str, keep_runs: int
+) -> int | None:
     """The first sequence of the last ``keep_runs`` segments (None: keep nothing).
 
     Runs without entries are segments too (lovia counts them): one with first
@@ -82,11 +93,12 @@ def first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> in
     """
     if keep_runs == 0:
         return None
-    empty = [first for (first,) in _EMPTY_RUNS.execute(conn, {"sid": session_id}).all()]
+    ids = {"tenant": tenant, "sid": session_id}
+    empty = [first for (first,) in _EMPTY_RUNS.execute(conn, ids).all()]
     seen = 0
     key: tuple[str | None, str] | None = None
     first: int | None = None
-    for sequence, run_id, request_id, _, _ in rows_below(conn, session_id, NO_CUTOFF):
+    for sequence, run_id, request_id, _, _ in rows_below(conn, tenant, session_id, NO_CUTOFF):
         while empty and empty[0] > sequence:  # a run without entries after this row
             if seen == keep_runs:
                 return first
@@ -104,10 +116,13 @@ def first_kept_sequence(conn: Connection, session_id: str, keep_runs: int) -> in
     return 0
 
 
-def trim_rows(conn: Connection, session_id: str, keep_chars: int, keep_runs: int) -> int:
+def trim_rows(
+    conn: Connection, tenant: str, session_id: str, keep_chars: int, keep_runs: int
+) -> int:
     """Trim inside the caller's transaction; returns how many outputs were shortened."""
-    cutoff = first_kept_sequence(conn, session_id, keep_runs)
-    params = {"sid": session_id, "cutoff": NO_CUTOFF if cutoff is None else cutoff}
+    cutoff = first_kept_sequence(conn, tenant, session_id, keep_runs)
+    cut = NO_CUTOFF if cutoff is None else cutoff
+    params = {"tenant": tenant, "sid": session_id, "cutoff": cut}
     candidates = _TRIM_CANDIDATES.execute(conn, {**params, "keep": keep_chars})
     changes: list[dict[str, Any]] = []
     # Decoded a batch at a time: one validation call per batch, memory
@@ -120,7 +135,7 @@ def trim_rows(conn: Connection, session_id: str, keep_chars: int, keep_runs: int
             short = trim_entry(entry, keep_chars)
             if short is not None:
                 changes.append({"seq": sequence, "doc": entry_to_json(short)})
-    shared = {"sid": session_id, "now": utcnow()}
+    shared = {"tenant": tenant, "sid": session_id, "now": utcnow()}
     if changes and capabilities(conn).one_statement_writes:
         seqs = [str(change["seq"]) for change in changes]
         docs = [change["doc"] for change in changes]
