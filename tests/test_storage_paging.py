@@ -72,7 +72,9 @@ async def long_store(sql_backend: Backend) -> AsyncIterator[SQLSessionStorage]:
 
 
 async def plan(store: SQLSessionStorage, *, lower: int, skip: int = 0) -> str:
-    return await explain(store, page_query("long", lower=lower, through=None, limit=50, skip=skip))
+    return await explain(
+        store, page_query("", "long", lower=lower, through=None, limit=50, skip=skip)
+    )
 
 
 async def explain(store: SQLSessionStorage, query: Any) -> str:
@@ -117,7 +119,7 @@ async def test_a_deep_page_is_an_index_seek(long_store: SQLSessionStorage) -> No
         assert "Seq Scan" not in explained, explained
     if long_store.database.dialect in ("sqlite", "postgresql"):
         # At an offset the density check is a subquery of the page's one statement.
-        one = offset_page_query("long", after=0, through=None, limit=50, offset=LONG - 2000)
+        one = offset_page_query("", "long", after=0, through=None, limit=50, offset=LONG - 2000)
         explained = await explain(long_store, one)
         if long_store.database.dialect == "sqlite":
             assert "SEARCH lovia_messages USING INDEX" in explained, explained
@@ -141,8 +143,8 @@ async def test_a_dense_log_pages_by_key_and_reads_the_right_rows(
         assert not [s for s, _ in seen if s.startswith("SELECT lovia_sessions")], seen
     else:
         (params,) = [list(p) for s, p in seen if "FROM lovia_messages" in s]
-        # The skip became the key bound.
-        assert params[:2] == ["long", LONG - 1000], params
+        # The skip became the key bound (after the tenant, the default one here).
+        assert params[:3] == ["", "long", LONG - 1000], params
     page = await long_store.list_raw_messages("long", after_sequence=LONG - 60, offset=5)
     assert [r.sequence for r in page] == list(range(LONG - 54, LONG + 1))
     page = await long_store.list_raw_messages(
@@ -159,6 +161,6 @@ async def test_a_log_with_holes_falls_back_to_offset(long_store: SQLSessionStora
     assert [r.sequence for r in page] == list(range(LONG - 149, LONG - 99))
     (params,) = [list(p) for s, p in seen if "FROM lovia_messages" in s]
     # The skip went to OFFSET (MySQL renders LIMIT offset, count; the others LIMIT .. OFFSET).
-    assert params[:2] == ["long", 0] and LONG - 150 in params[2:], params
+    assert params[:3] == ["", "long", 0] and LONG - 150 in params[3:], params
     explained = await plan(long_store, lower=0, skip=LONG - 150)
     assert "SCAN lovia_messages" not in explained and "Seq Scan" not in explained, explained

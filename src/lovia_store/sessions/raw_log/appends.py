@@ -51,6 +51,7 @@ __all__ = ["ParentMismatch", "PendingMessage", "Projection", "projection_of"]
 s = sessions.c
 _KEYED = Prepared(
     select(messages.c.sequence).where(
+        messages.c.tenant == bindparam("tenant"),
         messages.c.session_id == bindparam("sid"),
         messages.c.idempotency_key == bindparam("key"),
     )
@@ -89,10 +90,13 @@ def _parent_mismatch(sid: str, stored: str | None, given: str | None) -> Excepti
 class PendingMessage:
     """A checked message row, waiting for its sequence.
 
-    ``display`` holds title/agent name changes applied when the session exists
-    already (empty for our own API, whose later appends never change them).
+    ``tenant`` scopes the session (and the idempotency key) the row goes to; the
+    parent, too, names a session of that tenant. ``display`` holds title/agent name
+    changes applied when the session exists already (empty for our own API, whose
+    later appends never change them).
     """
 
+    tenant: str
     session_id: str
     parent: str | None
     create: dict[str, Any]
@@ -103,6 +107,7 @@ class PendingMessage:
     @classmethod
     def check(
         cls,
+        tenant: str,
         session_id: object,
         request_id: object,
         message: object,
@@ -129,6 +134,7 @@ class PendingMessage:
         shown_agent = check_display(agent_name, "agent_name", MAX_AGENT_NAME)
         counters = check_usage(usage, entry)
         return cls.build(
+            tenant,
             sid,
             rid,
             projection,
@@ -145,6 +151,7 @@ class PendingMessage:
     @classmethod
     def build(
         cls,
+        tenant: str,
         session_id: str,
         request_id: str,
         projection: Projection,
@@ -187,32 +194,35 @@ class PendingMessage:
             else {}
         )
         create = session_row_values(parent, title, agent_name)
-        return cls(session_id, parent, create, row, display, on_parent_mismatch)
+        return cls(tenant, session_id, parent, create, row, display, on_parent_mismatch)
 
     @property
     def key(self) -> str | None:
         return self.row["idempotency_key"]  # type: ignore[no-any-return]
 
     def stored(self, conn: Connection) -> int | None:
-        """The sequence of the message already stored under this append's key, if any."""
+        """The sequence of the message already stored under this append's key in its
+        tenant's session, if any."""
         if self.key is None:
             return None
-        found = _KEYED.execute(conn, {"sid": self.session_id, "key": self.key}).first()
+        key = {"tenant": self.tenant, "sid": self.session_id, "key": self.key}
+        found = _KEYED.execute(conn, key).first()
         return None if found is None else int(found[0])
 
     def write(self, conn: Connection) -> int:
         """Reserve the next sequence and insert the row; returns the sequence (a keyed
         append whose key is stored returns that message's, writing nothing)."""
-        sid = self.session_id
+        sid, tenant = self.session_id, self.tenant
         already = self.stored(conn)
         if already is not None:
             return already
-        bumped = append_message(conn, sid, self.row, create=self.create)
+        bumped = append_message(conn, tenant, sid, self.row, create=self.create)
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.
             raise self.on_parent_mismatch(sid, bumped.parent_session_id, self.parent)
         if self.display:
             # Set whether or not this append created the session (a new row holds
             # these values already): one statement, only when values were given.
-            conn.execute(update(sessions).where(s.session_id == sid).values(**self.display))
+            mine = (s.tenant == tenant, s.session_id == sid)
+            conn.execute(update(sessions).where(*mine).values(**self.display))
         return bumped.last_sequence

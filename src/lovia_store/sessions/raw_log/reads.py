@@ -6,10 +6,12 @@ writer keeps ``message_count`` beside it. While nothing was ever deleted from
 a session (``message_count == last_sequence``) its log is dense, sequence k
 is the k-th message, and skipping ``offset`` messages after ``after_sequence``
 is the key condition ``sequence > after_sequence + offset``: one index seek on
-the ``(session_id, sequence)`` primary key. A session that ``rewind`` cut has
+the ``(tenant, session_id, sequence)`` primary key. A session that ``rewind`` cut has
 holes; there the page falls back to ``OFFSET`` over the same index range.
 Where the dialect takes subqueries in LIMIT/OFFSET (SQLite, PostgreSQL), the
-density check rides in the page's own statement.
+density check rides in the page's own statement. Every statement is scoped to the
+caller's tenant (bound as ``tenant``): another tenant's session of the same id is
+not this one.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ _MAX_KEY = 2**63 - 1
 # OFFSET take every count the argument checks accept (up to 2**63-1): as
 # INTEGER, PostgreSQL (and asyncpg, client-side) refused 2**31 and up.
 _LIMIT = bindparam("limit", type_=BigInteger)
+_OF_SESSION = (m.tenant == bindparam("tenant"), m.session_id == bindparam("sid"))
+_SESSION_ROW = (s.tenant == bindparam("tenant"), s.session_id == bindparam("sid"))
 _PAGE = (
     select(*RECORD_COLUMNS)
     .where(
-        m.session_id == bindparam("sid"),
+        *_OF_SESSION,
         m.sequence > bindparam("lower"),
         m.sequence <= bindparam("through"),
     )
@@ -59,14 +63,14 @@ _PAGE = (
     .limit(_LIMIT)
     .offset(bindparam("skip", type_=BigInteger))
 )
-_DENSITY = select(s.last_sequence, s.message_count).where(s.session_id == bindparam("sid"))
+_DENSITY = select(s.last_sequence, s.message_count).where(*_SESSION_ROW)
 
 
 def _by_density(dense: Any, holed: Any) -> Any:
     """``dense`` for a session that never lost a message, else ``holed`` (NULL: no session)."""
     dense_log = s.message_count == s.last_sequence
     chosen = case((dense_log, dense), else_=holed)
-    return select(chosen).where(s.session_id == bindparam("sid")).scalar_subquery()
+    return select(chosen).where(*_SESSION_ROW).scalar_subquery()
 
 
 _SKIP = bindparam("skip", type_=BigInteger)
@@ -74,7 +78,7 @@ _LOWER = bindparam("lower", type_=BigInteger)
 _OFFSET_PAGE = (
     select(*RECORD_COLUMNS)
     .where(
-        m.session_id == bindparam("sid"),
+        *_OF_SESSION,
         m.sequence > _by_density(_LOWER + _SKIP, _LOWER),
         m.sequence <= bindparam("through"),
     )
@@ -84,41 +88,47 @@ _OFFSET_PAGE = (
     .offset(func.coalesce(_by_density(0, _SKIP), 0))
 )
 """A page at an offset in one statement: the density check is a subquery."""
-_HEAD = select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(
-    s.session_id == bindparam("sid")
-)
+_HEAD = select(s.parent_session_id, s.session_type, s.title, s.agent_name).where(*_SESSION_ROW)
 _LATEST_SNAPSHOT = (
     select(*SNAPSHOT_COLUMNS)
-    .where(p.session_id == bindparam("sid"))
+    .where(p.tenant == bindparam("tenant"), p.session_id == bindparam("sid"))
     .order_by(p.version.desc())
     .limit(1)
 )
 _TAIL = (
     select(*RECORD_COLUMNS)
-    .where(m.session_id == bindparam("sid"), m.sequence > bindparam("boundary"))
+    .where(*_OF_SESSION, m.sequence > bindparam("boundary"))
     .order_by(m.sequence)
 )
 
 
 def _page_params(
-    session_id: str, lower: int, through: int | None, limit: int, skip: int
+    tenant: str, session_id: str, lower: int, through: int | None, limit: int, skip: int
 ) -> dict[str, Any]:
     through = _MAX_KEY if through is None else through
-    return {"sid": session_id, "lower": lower, "through": through, "limit": limit, "skip": skip}
+    return {
+        "tenant": tenant,
+        "sid": session_id,
+        "lower": lower,
+        "through": through,
+        "limit": limit,
+        "skip": skip,
+    }
 
 
 def page_query(
-    session_id: str, *, lower: int, through: int | None, limit: int, skip: int
+    tenant: str, session_id: str, *, lower: int, through: int | None, limit: int, skip: int
 ) -> Executable:
     """Rows with ``lower < sequence <= through`` in order, ``skip`` of them skipped.
 
     The statement ``fetch_page`` runs, with these values bound (to explain it).
     """
-    return _PAGE.params(_page_params(session_id, lower, through, limit, skip))
+    return _PAGE.params(_page_params(tenant, session_id, lower, through, limit, skip))
 
 
 def page_in_one_statement(
     dialect: str,
+    tenant: str,
     session_id: str,
     *,
     after_sequence: int,
@@ -129,22 +139,24 @@ def page_in_one_statement(
     """``fetch_page`` as one statement and its parameters, for ``Database.read_one``:
     always without an offset, and with one where the dialect takes subqueries in
     LIMIT/OFFSET. None where the page takes ``fetch_page`` in a read transaction."""
+    bounds = (after_sequence, through_sequence, limit)
     if not offset:
-        return _PAGE, _page_params(session_id, after_sequence, through_sequence, limit, 0)
+        return _PAGE, _page_params(tenant, session_id, *bounds, 0)
     if not capabilities(dialect).subquery_limits or after_sequence + offset >= _MAX_KEY:
         return None
-    return _OFFSET_PAGE, _page_params(session_id, after_sequence, through_sequence, limit, offset)
+    return _OFFSET_PAGE, _page_params(tenant, session_id, *bounds, offset)
 
 
 def offset_page_query(
-    session_id: str, *, after: int, through: int | None, limit: int, offset: int
+    tenant: str, session_id: str, *, after: int, through: int | None, limit: int, offset: int
 ) -> Executable:
     """The one statement ``fetch_page`` runs at an offset on SQLite and PostgreSQL."""
-    return _OFFSET_PAGE.params(_page_params(session_id, after, through, limit, offset))
+    return _OFFSET_PAGE.params(_page_params(tenant, session_id, after, through, limit, offset))
 
 
 def fetch_page(
     conn: Connection,
+    tenant: str,
     session_id: str,
     *,
     after_sequence: int,
@@ -162,23 +174,24 @@ def fetch_page(
     if offset and after_sequence + offset >= _MAX_KEY:
         return []
     if offset and capabilities(conn).subquery_limits:
-        params = _page_params(session_id, lower, through_sequence, limit, skip)
+        params = _page_params(tenant, session_id, lower, through_sequence, limit, skip)
         return conn.execute(_OFFSET_PAGE, params).all()
     if offset:
-        density = conn.execute(_DENSITY, {"sid": session_id}).first()
+        density = conn.execute(_DENSITY, {"tenant": tenant, "sid": session_id}).first()
         if density is None:
             return []
         if density.message_count == density.last_sequence:
             lower, skip = after_sequence + offset, 0
     if through_sequence is not None and lower >= through_sequence:
         return []
-    params = _page_params(session_id, lower, through_sequence, limit, skip)
+    params = _page_params(tenant, session_id, lower, through_sequence, limit, skip)
     rows: Sequence[Any] = conn.execute(_PAGE, params).all()
     return rows
 
 
 async def read_page(
     database: Database,
+    tenant: str,
     session_id: str,
     *,
     after_sequence: int,
@@ -191,6 +204,7 @@ async def read_page(
     ``stale``: a read replica may answer."""
     single = page_in_one_statement(
         database.dialect,
+        tenant,
         session_id,
         after_sequence=after_sequence,
         through_sequence=through_sequence,
@@ -198,11 +212,12 @@ async def read_page(
         offset=offset,
     )
     if single is not None:
-        return await database.read_one(*single, stale=stale)
+        return await database.read_one(*single, stale=stale, tenant=tenant)
 
     def work(conn: Connection) -> Sequence[Any]:
         return fetch_page(
             conn,
+            tenant,
             session_id,
             after_sequence=after_sequence,
             through_sequence=through_sequence,
@@ -210,31 +225,32 @@ async def read_page(
             offset=offset,
         )
 
-    return await database.read(work, stale=stale)
+    return await database.read(work, stale=stale, tenant=tenant)
 
 
 Found = tuple[Any, Any, Sequence[Any]]
 """The session row, its latest snapshot row (or None) and the tail rows."""
 
 
-def fetch_view(conn: Connection, session_id: str) -> Found | None:
+def fetch_view(conn: Connection, tenant: str, session_id: str) -> Found | None:
     """The session row, its latest snapshot and the rows after its boundary (None: no session)."""
-    head = conn.execute(_HEAD, {"sid": session_id}).first()
+    key = {"tenant": tenant, "sid": session_id}
+    head = conn.execute(_HEAD, key).first()
     if head is None:
         return None
-    latest = conn.execute(_LATEST_SNAPSHOT, {"sid": session_id}).first()
+    latest = conn.execute(_LATEST_SNAPSHOT, key).first()
     boundary = 0 if latest is None else latest.compacted_through_sequence
-    tail = conn.execute(_TAIL, {"sid": session_id, "boundary": boundary})
+    tail = conn.execute(_TAIL, {**key, "boundary": boundary})
     return head, latest, tail.all()
 
 
-async def read_view(database: Database, session_id: str) -> Found | None:
+async def read_view(database: Database, tenant: str, session_id: str) -> Found | None:
     """``fetch_view`` in one read transaction."""
 
     def work(conn: Connection) -> Found | None:
-        return fetch_view(conn, session_id)
+        return fetch_view(conn, tenant, session_id)
 
-    return await database.read(work)
+    return await database.read(work, tenant=tenant)
 
 
 def view_fields(

@@ -5,7 +5,8 @@ check their arguments in their own words and build their own read models;
 what lies between is this module's: which session rows are created, read,
 changed, listed, counted and deleted, with which statements, in how many
 transactions. Arguments come in checked; summary rows go out in
-``SUMMARY_COLUMNS`` order.
+``SUMMARY_COLUMNS`` order. Every statement is scoped to the caller's ``tenant``:
+the same session id in another tenant is another session.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from .records import SUMMARY_COLUMNS
 __all__ = ["create", "delete", "message_count", "page", "summary", "update_display"]
 
 s = sessions.c
-_SUMMARY = select(*SUMMARY_COLUMNS).where(s.session_id == bindparam("sid"))
-_MESSAGE_COUNT = select(s.message_count).where(s.session_id == bindparam("sid"))
+_SCOPED = (s.tenant == bindparam("tenant"), s.session_id == bindparam("sid"))
+_SUMMARY = select(*SUMMARY_COLUMNS).where(*_SCOPED)
+_MESSAGE_COUNT = select(s.message_count).where(*_SCOPED)
 
 
 async def create(
     database: Database,
+    tenant: str,
     session_id: str,
     values: Mapping[str, Any],
     exists: Callable[[str], Exception],
@@ -43,22 +46,28 @@ async def create(
 
     def work(conn: Connection) -> datetime:
         now = utcnow()
-        row = {"session_id": session_id, **values, "created_at": now, "updated_at": now}
+        row = {
+            "tenant": tenant,
+            "session_id": session_id,
+            **values,
+            "created_at": now,
+            "updated_at": now,
+        }
         if not insert_ignore(conn, sessions, row):
             raise exists(session_id)
         return now
 
-    return await database.write(work)
+    return await database.write(work, tenant=tenant)
 
 
-async def summary(database: Database, session_id: str) -> Any | None:
+async def summary(database: Database, tenant: str, session_id: str) -> Any | None:
     """The session's summary row, or None; one statement (a snapshot by itself)."""
-    rows = await database.read_one(_SUMMARY, {"sid": session_id})
+    rows = await database.read_one(_SUMMARY, {"tenant": tenant, "sid": session_id}, tenant=tenant)
     return rows[0] if rows else None
 
 
 async def update_display(
-    database: Database, session_id: str, changes: Mapping[str, Any]
+    database: Database, tenant: str, session_id: str, changes: Mapping[str, Any]
 ) -> Any | None:
     """Set the display columns in ``changes`` (and ``updated_at``); the new summary row,
     or None when there is no such session."""
@@ -66,27 +75,28 @@ async def update_display(
     def work(conn: Connection) -> Any:
         changed = conn.execute(
             update(sessions)
-            .where(s.session_id == session_id)
+            .where(s.tenant == tenant, s.session_id == session_id)
             .values(**changes, updated_at=utcnow())
         )
         if not changed.rowcount:
             return None
-        return conn.execute(_SUMMARY, {"sid": session_id}).one()
+        return conn.execute(_SUMMARY, {"tenant": tenant, "sid": session_id}).one()
 
-    return await database.write(work)
+    return await database.write(work, tenant=tenant)
 
 
-async def delete(database: Database, session_id: str) -> bool:
+async def delete(database: Database, tenant: str, session_id: str) -> bool:
     """Delete the session, its raw messages and snapshots; True when it existed."""
 
     def work(conn: Connection) -> bool:
-        return delete_session_rows(conn, session_id)
+        return delete_session_rows(conn, tenant, session_id)
 
-    return await database.write(work)
+    return await database.write(work, tenant=tenant)
 
 
 async def page(
     database: Database,
+    tenant: str,
     codes: tuple[int, ...] | None,
     limit: int,
     offset: int,
@@ -98,7 +108,7 @@ async def page(
     may answer."""
 
     def work(conn: Connection) -> Sequence[Any]:
-        query = select(*SUMMARY_COLUMNS)
+        query = select(*SUMMARY_COLUMNS).where(s.tenant == bindparam("tenant", tenant))
         if codes is not None:
             query = query.where(s.session_type.in_(codes))
         query = query.order_by(s.updated_at.desc(), s.session_id.desc())
@@ -108,10 +118,11 @@ async def page(
         )
         return conn.execute(query).all()
 
-    return await database.read(work, stale=stale)
+    return await database.read(work, stale=stale, tenant=tenant)
 
 
-async def message_count(database: Database, session_id: str) -> int:
+async def message_count(database: Database, tenant: str, session_id: str) -> int:
     """How many raw messages the session holds (0 if unknown), from its session row."""
-    rows = await database.read_one(_MESSAGE_COUNT, {"sid": session_id})
+    key = {"tenant": tenant, "sid": session_id}
+    rows = await database.read_one(_MESSAGE_COUNT, key, tenant=tenant)
     return int(rows[0][0]) if rows else 0

@@ -59,6 +59,7 @@ LAST_VERSION = 2**31 - 1
 
 def write_snapshot(
     conn: Connection,
+    tenant: str,
     sid: str,
     summary: CompactedMessage,
     boundary: int,
@@ -67,19 +68,21 @@ def write_snapshot(
     envelope_json: str | None = None,
     wording: SnapshotWording = OURS,
 ) -> ContextSnapshot:
-    """Store snapshot ``expected + 1`` of ``sid`` covering sequences up to ``boundary``.
+    """Store snapshot ``expected + 1`` of ``tenant``'s session ``sid`` covering sequences
+    up to ``boundary``.
 
     ``envelope_json`` is a framework's own summary message, kept whole beside ours.
     """
+    mine = (s.tenant == tenant, s.session_id == sid)
     claimed = None
     if expected < LAST_VERSION:  # a larger one is stale (or the last): never bound
         claimed = conn.execute(
             update(sessions)
-            .where(s.session_id == sid, s.snapshot_version == expected)
+            .where(*mine, s.snapshot_version == expected)
             .values(snapshot_version=s.snapshot_version + 1)
         )
     if claimed is None or claimed.rowcount != 1:
-        query = select(s.snapshot_version).where(s.session_id == sid)
+        query = select(s.snapshot_version).where(*mine)
         actual = (conn.execute(query)).scalar()
         if actual is None and expected == 0:
             raise wording.no_messages(sid, boundary)
@@ -89,7 +92,7 @@ def write_snapshot(
                 "database can number: it takes no further snapshot"
             )
         raise wording.conflict(sid, expected, actual or 0)
-    _check_boundary(conn, sid, boundary, expected, wording)
+    _check_boundary(conn, tenant, sid, boundary, expected, wording)
     now = utcnow()
     snapshot = ContextSnapshot(
         id=new_uuid7(),
@@ -102,6 +105,7 @@ def write_snapshot(
     )
     conn.execute(
         snapshots.insert().values(
+            tenant=tenant,
             session_id=sid,
             version=snapshot.version,
             snapshot_id=snapshot.id,
@@ -116,15 +120,22 @@ def write_snapshot(
 
 
 def _check_boundary(
-    conn: Connection, sid: str, boundary: int, previous: int, wording: SnapshotWording
+    conn: Connection,
+    tenant: str,
+    sid: str,
+    boundary: int,
+    previous: int,
+    wording: SnapshotWording,
 ) -> None:
     """The boundary names a stored message beyond the previous snapshot's boundary."""
-    stored = conn.execute(select(m.sequence).where(m.session_id == sid, m.sequence == boundary))
+    stored = conn.execute(
+        select(m.sequence).where(m.tenant == tenant, m.session_id == sid, m.sequence == boundary)
+    )
     if stored.first() is None:
         raise wording.not_stored(sid, boundary)
     if previous:
         query = select(p.compacted_through_sequence).where(
-            p.session_id == sid, p.version == previous
+            p.tenant == tenant, p.session_id == sid, p.version == previous
         )
         before = (conn.execute(query)).scalar()
         if before is not None and boundary <= before:

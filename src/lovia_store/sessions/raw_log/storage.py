@@ -79,10 +79,14 @@ class SQLSessionStorage(SQLStore):
     The Raw Log is immutable through this API: messages are only appended,
     and snapshots never touch them. The log is the same one ``SQLSession``
     reads and writes (see docs/storage.md).
+
+    ``tenant`` scopes every session id (and parent, and idempotency key) the
+    storage takes: the same id in another tenant is another session, never seen
+    here (None: the ``Database``'s tenant; see docs/tenants.md).
     """
 
-    def __init__(self, target: StoreTarget | None = None) -> None:
-        super().__init__(_prepare(target))
+    def __init__(self, target: StoreTarget | None = None, *, tenant: str | None = None) -> None:
+        super().__init__(_prepare(target), tenant=tenant)
 
     # -- sessions ------------------------------------------------------------
 
@@ -107,7 +111,7 @@ class SQLSessionStorage(SQLStore):
             check_session_type(session_type),
         )
 
-        now = await session_rows.create(self.database, sid, values, _exists)
+        now = await session_rows.create(self.database, self.tenant, sid, values, _exists)
         return SessionSummary(
             session_id=sid, message_count=0, **values, created_at=now, updated_at=now
         )
@@ -126,18 +130,19 @@ class SQLSessionStorage(SQLStore):
         check_id(session_id, "session_id")
         new_id = check_id(new_session_id, "new_session_id")
         keep = check_count(keep_entries, "keep_entries", minimum=0)
+        tenant = self.tenant
 
         def work(conn: Connection) -> Any:
-            fork_rows(conn, session_id, new_id, keep)
-            query = select(*SUMMARY_COLUMNS).where(s.session_id == new_id)
+            fork_rows(conn, tenant, session_id, new_id, keep)
+            query = select(*SUMMARY_COLUMNS).where(s.tenant == tenant, s.session_id == new_id)
             return conn.execute(query).one()
 
-        return summary_from_row(await self.database.write(work))
+        return summary_from_row(await self.database.write(work, tenant=tenant))
 
     async def get_session(self, session_id: str) -> SessionSummary | None:
         """The session's summary without its messages, or None."""
         check_id(session_id, "session_id")
-        row = await session_rows.summary(self.database, session_id)
+        row = await session_rows.summary(self.database, self.tenant, session_id)
         return None if row is None else summary_from_row(row)
 
     async def update_session(
@@ -159,13 +164,13 @@ class SQLSessionStorage(SQLStore):
             if value is not None
         }
 
-        row = await session_rows.update_display(self.database, session_id, changes)
+        row = await session_rows.update_display(self.database, self.tenant, session_id, changes)
         return None if row is None else summary_from_row(row)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its raw messages and snapshots; True when it existed."""
         check_id(session_id, "session_id")
-        return await session_rows.delete(self.database, session_id)
+        return await session_rows.delete(self.database, self.tenant, session_id)
 
     async def list_sessions(
         self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
@@ -178,13 +183,13 @@ class SQLSessionStorage(SQLStore):
         codes = check_session_types(session_types)
         limit = check_count(limit, "limit", minimum=1)
         offset = check_count(offset, "offset", minimum=0)
-        rows = await session_rows.page(self.database, codes, limit, offset, stale=True)
+        rows = await session_rows.page(self.database, self.tenant, codes, limit, offset, stale=True)
         return [summary_from_row(row) for row in rows]
 
     async def count_messages(self, session_id: str) -> int:
         """How many raw messages the session holds (0 for an unknown one); reads one row."""
         check_id(session_id, "session_id")
-        return await session_rows.message_count(self.database, session_id)
+        return await session_rows.message_count(self.database, self.tenant, session_id)
 
     # -- the Raw Log ----------------------------------------------------------
 
@@ -215,6 +220,7 @@ class SQLSessionStorage(SQLStore):
 
         rows = await read_page(
             self.database,
+            self.tenant,
             session_id,
             after_sequence=after,
             through_sequence=through,
@@ -230,7 +236,7 @@ class SQLSessionStorage(SQLStore):
         An unknown session gives an empty view and creates nothing.
         """
         check_id(session_id, "session_id")
-        return view_from(await read_view(self.database, session_id))
+        return view_from(await read_view(self.database, self.tenant, session_id))
 
     async def append(
         self,
@@ -261,7 +267,9 @@ class SQLSessionStorage(SQLStore):
         ``OutcomeUnknownError`` say: a key the session already holds returns that
         message's sequence and writes nothing (whatever the rest of the call says).
         """
+        tenant = self.tenant
         pending = PendingMessage.check(
+            tenant,
             session_id,
             request_id,
             message,
@@ -276,11 +284,11 @@ class SQLSessionStorage(SQLStore):
         )
         keyed = pending.write if pending.key else None
         try:
-            return await self.database.write(pending.write, resolve=keyed)
+            return await self.database.write(pending.write, resolve=keyed, tenant=tenant)
         except ConflictError:
             # Two re-issues (or a lost COMMIT's settling) raced past the lookup: the
             # unique key let one in.
-            found = await self.database.read(pending.stored) if pending.key else None
+            found = await self.database.read(pending.stored, tenant=tenant) if pending.key else None
             if found is None:
                 raise
             return found
@@ -303,11 +311,12 @@ class SQLSessionStorage(SQLStore):
         summary = check_compacted(compacted_message)
         boundary = check_count(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = check_count(expected_version, "expected_version", minimum=0)
+        tenant = self.tenant
 
         def work(conn: Connection) -> ContextSnapshot:
-            return write_snapshot(conn, sid, summary, boundary, expected)
+            return write_snapshot(conn, tenant, sid, summary, boundary, expected)
 
-        return await self.database.write(work)
+        return await self.database.write(work, tenant=tenant)
 
     # -- blocking use ------------------------------------------------------------
 
@@ -330,8 +339,15 @@ def _exists(sid: str) -> Exception:
 class SQLiteSessionStorage(SQLSessionStorage):
     """``SQLSessionStorage`` on a SQLite file (None: ``~/.lovia-store/sessions.sqlite3``).
 
-    ``wal=True`` selects WAL journaling, for files several processes write.
+    ``wal=True`` selects WAL journaling, for files several processes write;
+    ``tenant`` as for ``SQLSessionStorage``.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, wal: bool = False) -> None:
-        SQLStore.__init__(self, _prepare(path), wal=wal)
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        wal: bool = False,
+        tenant: str | None = None,
+    ) -> None:
+        SQLStore.__init__(self, _prepare(path), wal=wal, tenant=tenant)
