@@ -19,10 +19,13 @@ __all__ = ["SQLSessionExtension", "SQLiteSessionExtension"]
 class SQLiteSessionExtension(SQLSessionExtension):
     """Restore and save a zett ``Agent``'s sessions in a SQLite file lovia-store owns
     (None: ``~/.lovia-store/sessions.sqlite3``, with a ``DefaultPathWarning`` when
-    zett's default file exists and ours holds no session)."""
+    zett's default file exists and ours holds no session). ``tenant``: the tenant its
+    storage keeps the sessions of (None: the default tenant, as zett's own)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, tenant: str | None = None
+    ) -> None:
         if path is None:  # resolved here, so the warning points at the caller's line
             path = default_target(type(self).__name__, depth=1)
         # zett types its storage by its own class; ours has the same API, not that base.
-        super().__init__(SQLiteSessionStorage(path))  # type: ignore[arg-type]
+        super().__init__(SQLiteSessionStorage(path, tenant=tenant))  # type: ignore[arg-type]

@@ -118,12 +118,16 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     ``dialect`` and ``url`` are what zett's storage exposes (``engine`` is the
     ``Database``'s engine: for a SQLite file lovia-store opens, the pysqlite
     engine its writer threads use, not an ``AsyncEngine``).
+
+    ``tenant`` scopes every session id (and parent) the storage takes; None is
+    the ``Database``'s tenant (the default tenant, which is how zett-agent's own
+    rows are kept). See docs/tenants.md.
     """
 
-    def __init__(self, target: StoreTarget | None = None) -> None:
+    def __init__(self, target: StoreTarget | None = None, *, tenant: str | None = None) -> None:
         if target is None:
             target = default_target(type(self).__name__, depth=1)
-        super().__init__(target)
+        super().__init__(target, tenant=tenant)
         self.dialect = self.database.dialect
         self.url = self.database.url
         self.path: Path | None = self.database.sqlite_path
@@ -152,7 +156,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
             rules.check_session_type(session_type),
         )
 
-        now = await session_rows.create(self.database, sid, values, _exists)
+        now = await session_rows.create(self.database, self.tenant, sid, values, _exists)
         return SessionSummary(
             session_id=sid, message_count=0, **values, created_at=now, updated_at=now
         )
@@ -161,7 +165,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
         """One session's storage metadata, without its messages; None if unknown."""
         check_id(session_id, "session_id")
 
-        row = await session_rows.summary(self.database, session_id)
+        row = await session_rows.summary(self.database, self.tenant, session_id)
         return None if row is None else summary_from_row(row)
 
     async def update_session(
@@ -180,13 +184,13 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
             if value is not None
         }
 
-        row = await session_rows.update_display(self.database, session_id, changes)
+        row = await session_rows.update_display(self.database, self.tenant, session_id, changes)
         return None if row is None else summary_from_row(row)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, its raw messages and its snapshots; True when it existed."""
         check_id(session_id, "session_id")
-        return await session_rows.delete(self.database, session_id)
+        return await session_rows.delete(self.database, self.tenant, session_id)
 
     async def list_sessions(
         self, *, session_types: Sequence[int] | None = None, limit: int = 100, offset: int = 0
@@ -194,13 +198,13 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
         """One page of sessions, latest activity first (ties: higher id first)."""
         limit, offset = rules.check_page(limit, offset)
         codes = rules.check_session_types(session_types)
-        rows = await session_rows.page(self.database, codes, limit, offset)
+        rows = await session_rows.page(self.database, self.tenant, codes, limit, offset)
         return [summary_from_row(row) for row in rows]
 
     async def count_messages(self, session_id: str) -> int:
         """How many raw messages the session holds (0 if unknown), from its session row."""
         check_id(session_id, "session_id")
-        return await session_rows.message_count(self.database, session_id)
+        return await session_rows.message_count(self.database, self.tenant, session_id)
 
     # -- the Raw Log ----------------------------------------------------------
 
@@ -220,6 +224,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
 
         rows = await read_page(
             self.database,
+            self.tenant,
             session_id,
             after_sequence=after,
             through_sequence=through,
@@ -231,7 +236,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
     async def load(self, session_id: str) -> SessionView:
         """The latest snapshot and the raw messages after its boundary; empty if unknown."""
         check_id(session_id, "session_id")
-        return view_from(await read_view(self.database, session_id))
+        return view_from(await read_view(self.database, self.tenant, session_id))
 
     async def append(
         self,
@@ -263,6 +268,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
         tags_json = rules.encode_context(tags, "Message tags", nonempty_keys=True)
         envelope = codec.encode_envelope(message)
         pending = PendingMessage.build(
+            self.tenant,
             sid,
             rid,
             codec.project(envelope),
@@ -277,7 +283,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
             update_display=True,
             on_parent_mismatch=rules.parent_mismatch,
         )
-        return await self.database.write(pending.write)
+        return await self.database.write(pending.write, tenant=self.tenant)
 
     async def snapshot(
         self,
@@ -296,10 +302,12 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
         summary = core.CompactedMessage(content=codec.summary_text(compacted_message))
         boundary = check_integer(compacted_through_sequence, "compacted_through_sequence")
         expected = check_integer(expected_version, "expected_version")
+        tenant = self.tenant
 
         def work(conn: Connection) -> core.ContextSnapshot:
             return write_snapshot(
                 conn,
+                tenant,
                 sid,
                 summary,
                 boundary,
@@ -308,7 +316,7 @@ class SQLSessionStorage(SQLStore, SyncMethodsMixin):
                 wording=rules.ZETT_SNAPSHOTS,
             )
 
-        stored = await self.database.write(work)
+        stored = await self.database.write(work, tenant=tenant)
         return ContextSnapshot(
             id=stored.id,
             session_id=sid,
@@ -324,10 +332,13 @@ class SQLiteSessionStorage(SQLSessionStorage):
     """The storage on one SQLite file (None: ``~/.lovia-store/sessions.sqlite3``, with a
     ``DefaultPathWarning`` when zett's default file exists and ours holds no session).
 
-    Parent folders are created at construction, as zett's storage does.
+    Parent folders are created at construction, as zett's storage does. ``tenant``
+    as for ``SQLSessionStorage``.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, tenant: str | None = None
+    ) -> None:
         if path is None:
             path = default_target(type(self).__name__, depth=1)
         file = Path(path).expanduser()
@@ -335,7 +346,7 @@ class SQLiteSessionStorage(SQLSessionStorage):
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise UserError(f"{file}: cannot create its folder: {exc}") from exc
-        super().__init__(file)
+        super().__init__(file, tenant=tenant)
 
 
 def _exists(sid: str) -> Exception:
