@@ -8,6 +8,9 @@ that differs from the source's, is refused before anything is written. A copy
 killed at any point is finished by running it again (the load is idempotent).
 At the end both databases are read again, independently, and each session's
 row counts and content digest compared (``verify``).
+
+A copy moves one tenant (into the same tenant of the destination, which may hold
+other tenants of its own) or every tenant, each into its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..upgrade import upgrade
 from .loading import Loader, differing_columns, find_existing, key_of
 from .reading import _rows, count_rows, read_records
 from .records import KINDS, DestinationConflictError, Kind
-from .targets import Target, opened
+from .targets import Scope, Target, opened, scope_of, tenant_filter
 from .verify import Summary, Tally, summarize
 
 __all__ = ["CopyReport", "SessionCheck", "copy_database"]
@@ -44,6 +47,7 @@ class SessionCheck:
     session_id: str
     source: Tally | None
     destination: Tally | None
+    tenant: str = ""
 
     @property
     def equal(self) -> bool:
@@ -66,6 +70,8 @@ class CopyReport:
     sessions: list[SessionCheck] = field(default_factory=list)
     checkpoints: tuple[Tally, Tally] | None = None
     seconds: float = 0.0
+    tenant: str | None = ""
+    """The tenant copied; None: every tenant."""
 
     @property
     def verified(self) -> bool:
@@ -91,12 +97,19 @@ async def copy_database(
     *,
     progress: progress_.Reporter | None = None,
     verify: bool = True,
+    tenant: str | None = None,
+    all_tenants: bool = False,
 ) -> CopyReport:
     """Copy every session and run of ``source`` into ``destination`` and verify it.
 
+    One tenant is copied, into the same tenant: ``tenant``, else the source
+    Database's (the default tenant ``""`` unless it was opened with one);
+    ``all_tenants=True`` copies every tenant, each into its own.
+
     ``source`` is never written (and never migrated: one that needs ``lovia-store
-    upgrade`` is refused). ``destination`` is upgraded first; one holding a row the
-    source lacks or holds differently is refused with ``DestinationConflictError``.
+    upgrade`` is refused). ``destination`` is upgraded first; one holding a row of
+    the tenants copied that the source lacks or holds differently is refused with
+    ``DestinationConflictError`` (other tenants' rows are no concern of the copy).
     ``progress(task, done, total)`` hears the sessions and messages copied.
     """
     report_progress = progress or progress_.current()
@@ -105,14 +118,15 @@ async def copy_database(
         opened(source, verify_only=True) as src,
         opened(destination, verify_only=False) as dst,
     ):
+        scope = scope_of(tenant, all_tenants, src.tenant)
         await src.ensure_schema()
         await upgrade(dst)
-        report = CopyReport(source=src.url, destination=dst.url)
-        await _refuse_foreign(src, dst)
-        totals = await count_rows(src, ["session", "message"])
+        report = CopyReport(source=src.url, destination=dst.url, tenant=scope)
+        await _refuse_foreign(src, dst, scope)
+        totals = await count_rows(src, ["session", "message"], scope)
         loader = Loader(dst)
         done: Counter[str] = Counter()
-        async for record in _prefetched(read_records(src)):
+        async for record in _prefetched(read_records(src, scope)):
             await loader.add(record)
             if record.kind in totals and report_progress is not None:
                 done[record.kind] += 1
@@ -126,26 +140,31 @@ async def copy_database(
         if verify:
             if report_progress is not None:
                 report_progress("verifying", 0, None)
-            mine, theirs = await asyncio.gather(summarize(src), summarize(dst))
+            mine, theirs = await asyncio.gather(
+                summarize(src, tenant=scope, all_tenants=scope is None),
+                summarize(dst, tenant=scope, all_tenants=scope is None),
+            )
             _compare(report, mine, theirs)
     report.seconds = time.monotonic() - started
     return report
 
 
 def _compare(report: CopyReport, source: Summary, destination: Summary) -> None:
-    ids = sorted(set(source.sessions) | set(destination.sessions))
+    keys = sorted(set(source.tallies) | set(destination.tallies))
     report.sessions = [
-        SessionCheck(s, source.sessions.get(s), destination.sessions.get(s)) for s in ids
+        SessionCheck(sid, source.tallies.get((t, sid)), destination.tallies.get((t, sid)), t)
+        for t, sid in keys
     ]
     report.checkpoints = (source.checkpoints, destination.checkpoints)
 
 
-async def _refuse_foreign(src: Database, dst: Database) -> None:
-    """Refuse a destination holding a top-level row the source lacks or holds otherwise."""
+async def _refuse_foreign(src: Database, dst: Database, tenant: Scope) -> None:
+    """Refuse a destination holding a top-level row of the tenants copied that the
+    source lacks or holds otherwise."""
     for name in _TOP_LEVEL:
         kind = KINDS[name]
         page: list[dict[str, Any]] = []
-        async for row in _rows(dst, name, [], size=500):
+        async for row in _rows(dst, name, tenant_filter(kind.table, tenant), size=500):
             page.append(row)
             if len(page) == 500:
                 await _check_page(src, kind, page)

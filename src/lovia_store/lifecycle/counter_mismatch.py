@@ -14,8 +14,8 @@ __all__ = ["CounterMismatch"]
 class CounterMismatch(BaseModel):
     """One counter that disagrees with the rows it counts.
 
-    ``table`` and ``id`` name the row that holds the counter (a session in
-    ``lovia_sessions``, a run in ``lovia_run_heads``), ``counter`` the column,
+    ``table``, ``tenant`` and ``id`` name the row that holds the counter (a session
+    in ``lovia_sessions``, a run in ``lovia_run_heads``), ``counter`` the column,
     ``says`` its value and ``holds`` what the rows hold in its terms (a number of
     rows, or the highest sequence, position or version stored: 0 for none).
     ``detail`` says it in words.
@@ -25,6 +25,7 @@ class CounterMismatch(BaseModel):
 
     table: str
     id: str
+    tenant: str = ""
     counter: str
     says: int
     holds: int

@@ -18,7 +18,7 @@ from ..db.schema import head_revision
 from ..errors import UserError
 from .reading import count_rows, read_records
 from .records import KINDS, encode_record, end_line, header_line
-from .targets import Target, opened
+from .targets import Scope, Target, opened, scope_of, tenant_label
 
 __all__ = ["ExportReport", "export"]
 
@@ -29,6 +29,8 @@ class ExportReport:
 
     source: str
     counts: Counter[str] = field(default_factory=Counter)
+    tenant: str | None = ""
+    """The tenant exported; None: every tenant."""
 
     @property
     def records(self) -> int:
@@ -42,10 +44,17 @@ async def export(
     session_ids: Iterable[str] | None = None,
     compress: bool | None = None,
     progress: progress_.Reporter | None = None,
+    tenant: str | None = None,
+    all_tenants: bool = False,
 ) -> ExportReport:
     """Write every record of ``source`` (or of the sessions named, with the runs that
     append to them) to ``destination``: a path (gzip-compressed when it ends in
     ``.gz``, or when ``compress`` says so) or a binary file the caller owns.
+
+    One tenant is exported: ``tenant``, else the Database's (the default tenant
+    ``""`` unless it was opened with one); ``all_tenants=True`` exports every tenant.
+    Every record names its tenant and the header says which were exported, so an
+    import puts each row back into its own tenant (or, for one tenant, into another).
 
     The source is never migrated: one that needs ``lovia-store upgrade`` is refused
     (``SchemaNotCurrentError``). A session named that does not exist is a ``UserError``.
@@ -53,17 +62,22 @@ async def export(
     report_progress = progress or progress_.current()
     chosen = None if session_ids is None else sorted(set(_checked_ids(session_ids)))
     async with opened(source, verify_only=True) as db:
+        scope = scope_of(tenant, all_tenants, db.tenant)
+        if chosen is not None and scope is None:
+            raise UserError("session ids name sessions of one tenant: give tenant=, not all")
         await db.ensure_schema()
-        report = ExportReport(source=db.url)
+        report = ExportReport(source=db.url, tenant=scope)
         if chosen is not None:
-            await _check_exist(db, chosen)
+            await _check_exist(db, scope, chosen)
         total = (
-            len(chosen) if chosen is not None else (await count_rows(db, ["session"]))["session"]
+            len(chosen)
+            if chosen is not None
+            else (await count_rows(db, ["session"], scope))["session"]
         )
         with ExitStack() as stack:
             out = _open_output(stack, destination, compress)
-            out.write(header_line(head_revision(), dialect=db.dialect) + b"\n")
-            async for record in read_records(db, session_ids=chosen):
+            out.write(header_line(head_revision(), dialect=db.dialect, tenant=scope) + b"\n")
+            async for record in read_records(db, scope, session_ids=chosen):
                 out.write(encode_record(record) + b"\n")
                 report.counts[record.kind] += 1
                 if record.kind == "session" and report_progress is not None:
@@ -82,13 +96,16 @@ def _checked_ids(session_ids: Iterable[str]) -> list[str]:
     return ids
 
 
-async def _check_exist(db: Database, session_ids: list[str]) -> None:
+async def _check_exist(db: Database, tenant: Scope, session_ids: list[str]) -> None:
     from .reading import read_sessions
 
-    found = {row["session_id"] async for row in read_sessions(db, session_ids)}
+    found = {row["session_id"] async for row in read_sessions(db, tenant, session_ids)}
     missing = [s for s in session_ids if s not in found]
     if missing:
-        raise UserError(f"{db.url}: no session {', '.join(repr(s) for s in missing[:5])}")
+        assert tenant is not None
+        named = ", ".join(repr(s) for s in missing[:5])
+        where = f" in {tenant_label(tenant)}" if tenant else ""
+        raise UserError(f"{db.url}: no session {named}{where}")
 
 
 @contextlib.contextmanager

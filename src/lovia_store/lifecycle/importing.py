@@ -8,6 +8,10 @@ with a stored row: a bad file or a conflicting destination is refused before
 anything is written. The second pass writes, in units
 (``lovia_store.lifecycle.loading``), checking again, so a writer racing the
 import is still never overwritten.
+
+Every record names its tenant. An import of every tenant puts each row into its
+own; an import into one tenant takes a file of one tenant (whichever) and puts
+its rows into that tenant, so a tenant's export can be loaded under another name.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import IO, Any, cast
 
 from ..db import progress as progress_
 from ..db.schema import _known_revisions, head_revision
+from ..errors import UserError
 from ..upgrade import upgrade
 from . import counters
 from .loading import Loader
@@ -35,7 +40,7 @@ from .records import (
     decode_line,
     record_from,
 )
-from .targets import Target, opened
+from .targets import Target, opened, scope_of, tenant_label
 
 __all__ = ["MAX_LINE_BYTES", "ImportReport", "import_file", "read_file"]
 
@@ -58,6 +63,8 @@ class ImportReport:
     inserted: Counter[str] = field(default_factory=Counter)
     unchanged: Counter[str] = field(default_factory=Counter)
     dry_run: bool = False
+    tenant: str | None = ""
+    """The tenant the rows went into; None: each into the tenant its record names."""
 
     @property
     def changed(self) -> bool:
@@ -70,9 +77,17 @@ async def import_file(
     *,
     dry_run: bool = False,
     progress: progress_.Reporter | None = None,
+    tenant: str | None = None,
+    all_tenants: bool = False,
 ) -> ImportReport:
     """Load the export file ``source`` (a path, or a seekable binary file; gzip is
     recognised by its content) into ``destination``, brought to the current schema first.
+
+    ``all_tenants=True`` puts each row into the tenant its record names. Otherwise the
+    file must hold one tenant's rows, which go into ``tenant`` when given (under
+    another name than the file's, if so), else into the Database's tenant (the
+    default tenant ``""`` unless it was opened with one), which must then be the
+    file's: moving rows to another tenant is always said (``UserError`` otherwise).
 
     Idempotent: rows already there and equal are left alone. A malformed line is an
     ``ExportFormatError`` and a record that conflicts with a stored row a
@@ -81,20 +96,48 @@ async def import_file(
     """
     report_progress = progress or progress_.current()
     async with opened(destination, verify_only=False) as db:
+        scope = scope_of(tenant, all_tenants, db.tenant)
         if not dry_run:
             await upgrade(db)
-        report = ImportReport(destination=db.url, dry_run=dry_run)
+        report = ImportReport(destination=db.url, dry_run=dry_run, tenant=scope)
         passes = (True,) if dry_run else (True, False)
         for check_only in passes:
             loader = Loader(db, dry_run=check_only)
             task = "checking records" if check_only else "importing records"
-            for done, record in enumerate(read_file(source), start=1):
+            records = read_file(source)
+            if scope is not None:
+                records = _into_tenant(records, scope, renames=tenant is not None)
+            for done, record in enumerate(records, start=1):
                 await loader.add(record)
                 if report_progress is not None and done % 1000 == 0:
                     report_progress(task, done, None)
             await loader.flush()
             report.inserted, report.unchanged = loader.counts.inserted, loader.counts.unchanged
     return report
+
+
+def _into_tenant(records: Iterator[Record], tenant: str, *, renames: bool) -> Iterator[Record]:
+    """The records of a one-tenant file, each put into ``tenant``. Unless ``renames``
+    (a tenant was named), the file's tenant must be ``tenant`` already."""
+    found: str | None = None
+    for record in records:
+        mine = record.row["tenant"]
+        if found is None:
+            found = mine
+            if not renames and mine != tenant:
+                raise UserError(
+                    f"the file holds {tenant_label(mine)}, not {tenant_label(tenant)}: "
+                    "name the tenant to import it into (tenant=, --tenant), or import "
+                    "every tenant as the file has them (all_tenants=True, --all-tenants)"
+                )
+        elif mine != found:
+            raise ExportFormatError(
+                f"the file holds {tenant_label(found)} and {tenant_label(mine)}: import "
+                "it with all_tenants=True (--all-tenants), each row into its own tenant",
+                line=record.line,
+            )
+        record.row["tenant"] = tenant
+        yield record
 
 
 def read_file(source: Source) -> Iterator[Record]:
@@ -135,12 +178,12 @@ def _records(stream: IO[bytes]) -> Iterator[Record]:
         record = record_from(document, line_number)
         kind = KINDS[record.kind]
         keys.check(kind, record.row, line_number)
-        if kind.name in parents:
-            parents[kind.name] = record.row[kind.key[0]]
+        if kind.name in parents:  # (tenant, id): the same id in two tenants is two
+            parents[kind.name] = (record.row["tenant"], record.row[kind.key[1]])
         elif (
             kind.parent is not None
             and kind.parent_column is not None
-            and record.row[kind.parent_column] != parents[kind.parent]
+            and (record.row["tenant"], record.row[kind.parent_column]) != parents[kind.parent]
         ):
             raise ExportFormatError(
                 f"a {kind.name} of {kind.parent} {record.row[kind.parent_column]!r} "
@@ -253,6 +296,7 @@ class _Tally:
                 self._messages,
                 self._top_sequence,
                 where="the file",
+                tenant=row["tenant"],
             ),
             counters.run_counter(
                 sid,
@@ -261,9 +305,14 @@ class _Tally:
                 self._top_position,
                 lacking,
                 where="the file",
+                tenant=row["tenant"],
             ),
             counters.snapshot_counter(
-                sid, row.get("snapshot_version", 0), self._top_version, where="the file"
+                sid,
+                row.get("snapshot_version", 0),
+                self._top_version,
+                where="the file",
+                tenant=row["tenant"],
             ),
         ]
         _refuse(found, line)
@@ -278,6 +327,7 @@ class _Tally:
             self._entries,
             self._top_entry,
             where="the file",
+            tenant=row["tenant"],
         )
         _refuse([mismatch], line)
 

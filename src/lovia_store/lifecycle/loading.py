@@ -22,11 +22,11 @@ from __future__ import annotations
 import pickle
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, tuple_
+from sqlalchemy import Connection, and_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.util import await_only
 
@@ -49,7 +49,8 @@ def key_of(kind: Kind, row: dict[str, Any]) -> tuple[Any, ...]:
 def find_existing(
     conn: Connection, kind: Kind, keys: Iterable[tuple[Any, ...]]
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The rows of ``kind`` the database holds under ``keys``, by key."""
+    """The rows of ``kind`` the database holds under ``keys``, by key (each key leads
+    with its tenant: a row of another tenant is never found)."""
     table = kind.table
     columns = [table.c[name] for name in kind.key]
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -59,13 +60,16 @@ def find_existing(
         condition: ColumnElement[bool]
         if len(columns) == 1:
             condition = columns[0].in_([k[0] for k in chunk])
-        else:  # group by the leading column: an index range per parent
-            groups: dict[Any, list[tuple[Any, ...]]] = {}
+        else:  # group by all but the last column (tenant, parent): an index range each
+            groups: dict[tuple[Any, ...], list[Any]] = {}
             for k in chunk:
-                groups.setdefault(k[0], []).append(k[1:])
+                groups.setdefault(k[:-1], []).append(k[-1])
             condition = or_(
                 *(
-                    and_(columns[0] == lead, *_rest_in(columns[1:], rest))
+                    and_(
+                        *(c == v for c, v in zip(columns[:-1], lead, strict=True)),
+                        columns[-1].in_(rest),
+                    )
                     for lead, rest in groups.items()
                 )
             )
@@ -73,12 +77,6 @@ def find_existing(
             mapping = dict(row._mapping)
             found[key_of(kind, mapping)] = mapping
     return found
-
-
-def _rest_in(columns: Sequence[Any], rest: list[tuple[Any, ...]]) -> list[ColumnElement[bool]]:
-    if len(columns) == 1:
-        return [columns[0].in_([r[0] for r in rest])]
-    return [tuple_(*columns).in_(rest)]
 
 
 def differing_columns(record: dict[str, Any], existing: dict[str, Any]) -> list[str]:
@@ -226,7 +224,7 @@ class Loader:
         if kind.parent is not None and kind.parent_column is not None:
             new_parents = previous[kind.parent] | inserted[kind.parent]
             for record in batch:
-                parent = (record.row[kind.parent_column],)
+                parent = (record.row["tenant"], record.row[kind.parent_column])
                 (blind if parent in new_parents else checked).append(record)
         else:
             checked = batch

@@ -9,6 +9,11 @@ the session is being read is left out; likewise a run's entries up to its
 head's ``entry_count``. A session rewound or trimmed while it is being read
 can come out mixed: the copy's verification, which reads both databases
 again, reports it.
+
+Every read is kept to a tenant scope (``targets.Scope``): one tenant (every
+statement says ``tenant = :tenant``), or every tenant (rows in tenant order, and
+a parent's children matched on its tenant as well as its id, since the same id
+in two tenants is two rows).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..db.database import Database
 from ..errors import StoredValueError
 from .records import KINDS, Kind, Record
+from .targets import Scope, tenant_filter
 
 __all__ = ["PAGE", "count_rows", "read_records", "read_sessions"]
 
@@ -100,6 +106,8 @@ async def _rows(
 ) -> AsyncIterator[dict[str, Any]]:
     kind = KINDS[name]
     order = kind.order if order is None else order
+    if "tenant" not in order:  # every key leads with the tenant: its index's order
+        order = ("tenant", *order)
     last: tuple[Any, ...] | None = None
     while True:
         rows: list[dict[str, Any]] = await _page(db, kind, order, where, last, size)
@@ -111,18 +119,21 @@ async def _rows(
 
 
 async def read_sessions(
-    db: Database, session_ids: Iterable[str] | None = None
+    db: Database, tenant: Scope, session_ids: Iterable[str] | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """Session rows in id order (all, or those named that exist)."""
+    """Session rows of ``tenant`` (None: every tenant) in (tenant, id) order: all, or
+    those named that exist (ids name sessions of one tenant)."""
+    table = KINDS["session"].table
+    scope = tenant_filter(table, tenant)
     if session_ids is None:
-        async for row in _rows(db, "session", [], size=200):
+        async for row in _rows(db, "session", scope, size=200):
             yield row
         return
-    table = KINDS["session"].table
+    assert tenant is not None, "session ids are a tenant's"
     wanted = sorted(set(session_ids))
     for start in range(0, len(wanted), 200):
         chunk = wanted[start : start + 200]
-        async for row in _rows(db, "session", [table.c.session_id.in_(chunk)], size=200):
+        async for row in _rows(db, "session", [*scope, table.c.session_id.in_(chunk)], size=200):
             yield row
 
 
@@ -132,6 +143,7 @@ async def _children(db: Database, name: str, parent: dict[str, Any]) -> AsyncIte
     table = kind.table
     column, counter = _BOUNDS[name]
     where = [
+        table.c.tenant == parent["tenant"],
         table.c[kind.parent_column] == parent[kind.parent_column],
         table.c[column] <= parent[counter],
     ]
@@ -149,6 +161,23 @@ async def session_records(db: Database, session: dict[str, Any]) -> AsyncIterato
 
 GROUP = 200
 """Parents read together: their children come in a few queries, not a few each."""
+
+
+def _of_parents(
+    table: Any, column: str, parents: Sequence[dict[str, Any]]
+) -> list[ColumnElement[bool]]:
+    """The children of ``parents``: by id within the tenant, per tenant (one tenant
+    almost always, so one index range per id, as before tenants)."""
+    by_tenant: dict[str, list[Any]] = {}
+    for parent in parents:
+        by_tenant.setdefault(parent["tenant"], []).append(parent[column])
+    clauses = [
+        and_(table.c.tenant == tenant, table.c[column].in_(ids))
+        for tenant, ids in by_tenant.items()
+    ]
+    return [clauses[0] if len(clauses) == 1 else or_(*clauses)]
+
+
 _HELD = 5000
 """The most segment and snapshot rows of one group held in memory; a session with more
 is read on its own, every kind of child streamed."""
@@ -167,38 +196,43 @@ async def _group_records(
     held: Sequence[str],
 ) -> AsyncIterator[Record]:
     """Each parent's record, its ``streamed`` children (paged across the whole group),
-    then its ``held`` children (read for the group at once), in the parents' order."""
+    then its ``held`` children (read for the group at once), in the parents' order.
+    A group holds the parents of one tenant or (reading every tenant) of several: a
+    child belongs to the parent of its tenant and id."""
     kind = KINDS[streamed]
     column = kind.parent_column
     assert column is not None
-    ids = [p[column] for p in parents]
+
+    def of(row: dict[str, Any]) -> tuple[str, Any]:
+        return row["tenant"], row[column]
+
     kept: dict[str, dict[Any, list[dict[str, Any]]]] = {}
     for name in held:
         table = KINDS[name].table
         rows = kept[name] = {}
-        order = (column, *KINDS[name].order)
-        async for row in _rows(db, name, [table.c[column].in_(ids)], order=order):
-            rows.setdefault(row[column], []).append(row)
+        order = ("tenant", column, *KINDS[name].order)
+        async for row in _rows(db, name, _of_parents(table, column, parents), order=order):
+            rows.setdefault(of(row), []).append(row)
 
     def rest(parent: dict[str, Any]) -> list[Record]:
         return [
             Record(name, row)
             for name in held
-            for row in kept[name].get(parent[column], ())
+            for row in kept[name].get(of(parent), ())
             if _in_bounds(name, row, parent)
         ]
 
     remaining = iter(parents)
     current: dict[str, Any] | None = None
-    where = [kind.table.c[column].in_(ids)]
-    async for row in _rows(db, streamed, where, order=(column, *kind.order)):
-        if current is None or row[column] != current[column]:
+    where = _of_parents(kind.table, column, parents)
+    async for row in _rows(db, streamed, where, order=("tenant", column, *kind.order)):
+        if current is None or of(row) != of(current):
             if current is not None:
                 for record in rest(current):
                     yield record
             for parent in remaining:
                 yield Record(parent_kind, parent)
-                if parent[column] == row[column]:
+                if of(parent) == of(row):
                     current = parent
                     break
                 for record in rest(parent):
@@ -256,55 +290,58 @@ async def _runs_with_entries(
 
 
 async def checkpoint_records(
-    db: Database, session_ids: Sequence[str] | None = None
+    db: Database, tenant: Scope, session_ids: Sequence[str] | None = None
 ) -> AsyncIterator[Record]:
-    """The checkpoint side: run heads each with its entries, then tool effects and
-    leases. With ``session_ids``, only the runs whose head names one of those sessions
-    (``lovia_run_heads.session_id``), each with its tool effects and lease."""
+    """The checkpoint side of ``tenant`` (None: every tenant): run heads each with its
+    entries, then tool effects and leases. With ``session_ids`` (of one tenant), only
+    the runs whose head names one of those sessions (``lovia_run_heads.session_id``),
+    each with its tool effects and lease."""
     if session_ids is None:
-        async for record in _runs_with_entries(db, _rows(db, "run", [], size=GROUP)):
+        heads = _rows(db, "run", tenant_filter(KINDS["run"].table, tenant), size=GROUP)
+        async for record in _runs_with_entries(db, heads):
             yield record
         for name in ("tool_effect", "run_lease"):
-            async for row in _rows(db, name, []):
+            async for row in _rows(db, name, tenant_filter(KINDS[name].table, tenant)):
                 yield Record(name, row)
         return
-    heads = KINDS["run"].table
-    if "session_id" not in heads.c:
-        return
+    assert tenant is not None, "session ids are a tenant's"
+    heads_table = KINDS["run"].table
     for start in range(0, len(session_ids), 200):
         chunk = list(session_ids[start : start + 200])
-        async for head in _rows(db, "run", [heads.c.session_id.in_(chunk)], size=200):
+        where = [heads_table.c.tenant == tenant, heads_table.c.session_id.in_(chunk)]
+        async for head in _rows(db, "run", where, size=200):
             yield Record("run", head)
             async for record in _children(db, "run_entry", head):
                 yield record
             for name in ("tool_effect", "run_lease"):
                 table = KINDS[name].table
-                async for row in _rows(db, name, [table.c.run_id == head["run_id"]]):
+                mine = [table.c.tenant == tenant, table.c.run_id == head["run_id"]]
+                async for row in _rows(db, name, mine):
                     yield Record(name, row)
 
 
 async def read_records(
-    db: Database, *, session_ids: Iterable[str] | None = None
+    db: Database, tenant: Scope, *, session_ids: Iterable[str] | None = None
 ) -> AsyncIterator[Record]:
-    """Every record of the database, in the file's order; with ``session_ids``, those
-    sessions and the runs that append to them."""
+    """Every record of ``tenant`` (None: of every tenant), in the file's order; with
+    ``session_ids`` (of one tenant), those sessions and the runs that append to them."""
     chosen = None if session_ids is None else sorted(set(session_ids))
-    async for record in _sessions_with_children(db, read_sessions(db, chosen)):
+    async for record in _sessions_with_children(db, read_sessions(db, tenant, chosen)):
         yield record
-    async for record in checkpoint_records(db, chosen):
+    async for record in checkpoint_records(db, tenant, chosen):
         yield record
 
 
-async def count_rows(db: Database, names: Iterable[str]) -> dict[str, int]:
-    """How many rows each record type has (for progress totals)."""
+async def count_rows(db: Database, names: Iterable[str], tenant: Scope) -> dict[str, int]:
+    """How many rows of ``tenant`` (None: every tenant) each record type has (for
+    progress totals)."""
     chosen = list(names)
 
+    def count(name: str) -> Any:
+        table = KINDS[name].table
+        return select(func.count()).select_from(table).where(*tenant_filter(table, tenant))
+
     def work(conn: Connection) -> dict[str, int]:
-        return {
-            name: int(
-                conn.execute(select(func.count()).select_from(KINDS[name].table)).scalar_one()
-            )
-            for name in chosen
-        }
+        return {name: int(conn.execute(count(name)).scalar_one()) for name in chosen}
 
     return await db.read(work, stale=True)

@@ -33,6 +33,7 @@ from ..entries import ToolResultEntry
 from ..entry_documents import entries_from_json_rows
 from ..errors import ConflictError, StoredValueError, UserError
 from ..sessions.raw_log.models import CompactedMessage
+from ..validation import DEFAULT_TENANT
 
 __all__ = [
     "FORMAT",
@@ -89,6 +90,7 @@ class Kind:
     name: str
     table: Table
     order: tuple[str, ...]
+    """The order rows are read in within a tenant (and, for a child, within its parent)."""
     parent: str | None = None
     parent_column: str | None = None
 
@@ -144,10 +146,16 @@ def _time_columns(kind: str) -> tuple[str, ...]:
     return tuple(name for name, rule in _rules(kind).items() if rule.python_type is datetime)
 
 
-def header_line(schema_revision: str, *, dialect: str) -> bytes:
+def header_line(
+    schema_revision: str, *, dialect: str, tenant: str | None = DEFAULT_TENANT
+) -> bytes:
+    """The first line; ``tenant`` the one tenant exported, None for every tenant (each
+    record names its own tenant either way)."""
+    scope: dict[str, Any] = {"tenants": "all"} if tenant is None else {"tenant": tenant}
     return orjson.dumps(
         {
             "record": "header",
+            **scope,
             "format": FORMAT,
             "version": VERSION,
             "lovia_store": __version__,
@@ -189,7 +197,9 @@ def _rule(column: Column[Any]) -> _ColumnRule:
         name=column.name,
         python_type=python_type,
         nullable=bool(column.nullable) and not column.primary_key,
-        required=column.primary_key or not (column.nullable or column.server_default is not None),
+        # A record without a tenant is of the default one (a file from before tenants).
+        required=(column.primary_key and column.name != "tenant")
+        or not (column.nullable or column.server_default is not None),
         max_length=impl.length if isinstance(impl, String) else None,
         bits=bits,
         is_json=column.name.endswith("_json"),
@@ -243,6 +253,7 @@ def record_from(document: dict[str, Any], line: int) -> Record:
     for rule in rules.values():
         if rule.required and rule.name not in row:
             raise ExportFormatError(f"a {name} needs {rule.name!r}", line=line)
+    row.setdefault("tenant", DEFAULT_TENANT)
     _check_as_stored(name, row, line)
     return Record(name, row, line)
 

@@ -11,6 +11,10 @@ could append to any session, so while one can resume, no session is pruned
 and deletes nothing, so its list is what a real run deletes given no
 concurrent change; a real run deletes in batches, one short transaction each,
 re-checking every criterion inside it.
+
+A prune works on one tenant (a run protects its own tenant's sessions only), or on
+every tenant in turn, each with its own criteria's boundaries (``keep_last`` keeps
+that many of each tenant).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any, Literal
 
 from ..db.database import Database, as_database
 from ..errors import UserError
+from ..validation import DEFAULT_TENANT
+from .targets import scope_of
 
 __all__ = ["PruneOptions", "PruneReport", "prune"]
 
@@ -62,6 +68,10 @@ class PruneReport:
     leased) appends to them; ``blocking_runs`` are runs that can resume and name
     no session: while there are any, no session is pruned (``unlinked_runs``).
     ``vacuum`` says how space was handed back: ``"incremental"``, ``"full"`` or None.
+
+    ``tenant`` is the tenant pruned; None for every tenant, when ``tenants`` holds
+    each tenant's own report by name and the lists above hold the ids of them all
+    (the same id may then stand for sessions of two tenants: read ``tenants``).
     """
 
     dry_run: bool
@@ -70,16 +80,25 @@ class PruneReport:
     spared_sessions: list[str] = field(default_factory=list)
     blocking_runs: list[str] = field(default_factory=list)
     vacuum: str | None = None
+    tenant: str | None = DEFAULT_TENANT
+    tenants: dict[str, PruneReport] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "dry_run": self.dry_run,
+            "tenant": self.tenant,
             "sessions": list(self.sessions),
             "runs": list(self.runs),
             "spared_sessions": list(self.spared_sessions),
             "blocking_runs": list(self.blocking_runs),
             "vacuum": self.vacuum,
         }
+        if self.tenant is None:
+            document["tenants"] = {
+                name: {key: value for key, value in report.as_dict().items() if key != "vacuum"}
+                for name, report in self.tenants.items()
+            }
+        return document
 
 
 _MOST_ROWS = 2**63 - 1  # a BIGINT: more rows than any table holds
@@ -175,12 +194,19 @@ async def prune(
     include_resumable: bool = False,
     unlinked_runs: UnlinkedRuns = "block",
     vacuum: bool = False,
+    tenant: str | None = None,
+    all_tenants: bool = False,
 ) -> PruneReport:
     """Delete old sessions and finished checkpoints; see docs/operations.md#retention.
 
     ``target`` is a database (URL, SQLite path, ``Database``, engine) or a store
     on one (its database is borrowed), or an ``InMemorySession`` with its
     ``InMemoryCheckpointer`` as ``checkpointer``.
+
+    One tenant is pruned: ``tenant``, else the store's (or the Database's: the
+    default tenant ``""`` unless one was given); ``all_tenants=True`` prunes every
+    tenant, one after another, each by the same criteria (``keep_last`` keeps that
+    many sessions of each).
 
     A session goes when every session criterion given holds: of a type in
     ``session_types``, last active (``updated_at``) before ``older_than`` (a
@@ -215,7 +241,16 @@ async def prune(
     if isinstance(target, InMemorySession):
         from .prune_memory import prune_memory
 
-        return await prune_memory(target, checkpointer, options, dry_run=dry)
+        own = getattr(target, "tenant", DEFAULT_TENANT)
+        scope = scope_of(tenant, all_tenants, own)
+        if scope is not None and scope != own:
+            raise UserError(
+                f"this InMemorySession holds tenant {own!r} only, not {scope!r}: prune "
+                "the in-memory stores of that tenant"
+            )
+        report = await prune_memory(target, checkpointer, options, dry_run=dry)
+        report.tenant = own
+        return report
     if checkpointer is not None:
         raise UserError(
             "checkpointer= is for an InMemorySession; on a database, sessions and "
@@ -225,7 +260,9 @@ async def prune(
     try:
         from .prune_sql import prune_database, reclaim_space
 
-        report = await prune_database(database, options, dry_run=dry)
+        own = getattr(target, "tenant", None)
+        scope = scope_of(tenant, all_tenants, own if isinstance(own, str) else database.tenant)
+        report = await prune_database(database, options, scope, dry_run=dry)
         if not dry:
             report.vacuum = await reclaim_space(database, full=full_vacuum)
         return report

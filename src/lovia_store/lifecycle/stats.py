@@ -6,6 +6,9 @@ write-ahead log, PostgreSQL's relation sizes, MariaDB's ``information_schema``).
 largest sessions are one ordered read of the session rows; the largest tool outputs
 measure every stored tool result, a scan of the Raw Log's tool results (no index
 knows a document's length), so on a big database that part takes a while.
+
+Counts and lists are of one tenant, or of every tenant counted per tenant; the
+size is the whole database's (the backends account for tables, not tenants).
 """
 
 from __future__ import annotations
@@ -15,15 +18,25 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import BigInteger, Connection, bindparam, case, cast, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    Connection,
+    bindparam,
+    case,
+    cast,
+    func,
+    select,
+    text,
+)
 from sqlalchemy.types import LargeBinary
 
 from ..db.database import Database
 from ..db.tables import messages, metadata, run_heads, sessions
 from ..validation import check_count
-from .targets import Target, opened
+from .targets import Scope, Target, opened, scope_of
 
-__all__ = ["DatabaseStats", "SessionSize", "ToolOutputSize", "database_stats"]
+__all__ = ["DatabaseStats", "SessionSize", "TenantStats", "ToolOutputSize", "database_stats"]
 
 RESUMABLE = ("running", "interrupted")
 FINISHED = ("completed", "failed")
@@ -33,9 +46,20 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class SessionSize(_Frozen):
-    """One of the largest sessions: its id, title, Raw Log rows and last activity."""
+class TenantStats(_Frozen):
+    """One tenant's counts (see ``DatabaseStats`` for what each counts)."""
 
+    tenant: str
+    sessions: int
+    messages: int
+    runs_in_flight: int
+    finished_runs: int
+
+
+class SessionSize(_Frozen):
+    """One of the largest sessions: its tenant, id, title, Raw Log rows and last activity."""
+
+    tenant: str = ""
     session_id: str
     title: str | None
     messages: int
@@ -46,6 +70,7 @@ class ToolOutputSize(_Frozen):
     """One of the largest stored tool outputs: where it is and its stored size in bytes
     (the whole entry as stored, UTF-8: output, ``raw`` and ``parts``)."""
 
+    tenant: str = ""
     session_id: str
     sequence: int
     call_id: str | None
@@ -59,11 +84,18 @@ class DatabaseStats(_Frozen):
     is one). ``runs_in_flight`` are run heads that can still resume (running or
     interrupted), ``finished_runs`` those completed or failed. ``size_bytes`` is
     the backend's own figure for our tables (see docs/operations.md: MariaDB's is
-    an estimate InnoDB refreshes now and then), ``size_detail`` how it was made.
+    an estimate InnoDB refreshes now and then), ``size_detail`` how it was made:
+    the whole database's, every tenant's.
+
+    ``tenant`` is the tenant measured (None: every tenant), ``tenants`` the counts
+    of each tenant measured (those with any row, and the one asked for), by name;
+    the counts above are their sums.
     """
 
     database: str
     backend: str
+    tenant: str | None = ""
+    tenants: list[TenantStats] = []
     sessions: int
     messages: int
     runs_in_flight: int
@@ -78,40 +110,57 @@ s = sessions.c
 m = messages.c
 h = run_heads.c
 _TABLES = sorted(metadata.tables)
+_TENANT: BindParameter[str] = bindparam("tenant")
 
-_COUNTS = select(
-    func.count(),
-    func.coalesce(func.sum(s.message_count), 0),
-).select_from(sessions)
-_RUNS = select(
-    func.coalesce(func.sum(case((h.status.in_(RESUMABLE), 1), else_=0)), 0),
-    func.coalesce(func.sum(case((h.status.in_(FINISHED), 1), else_=0)), 0),
-).select_from(run_heads)
+
+def _scoped(query: Any, column: Any, tenant: Scope) -> Any:
+    """``query`` kept to one tenant (bound as ``tenant``), or as it is for every tenant."""
+    return query if tenant is None else query.where(column == _TENANT)
+
+
+def _counts(tenant: Scope) -> Any:
+    query = select(s.tenant, func.count(), func.coalesce(func.sum(s.message_count), 0))
+    return _scoped(query.select_from(sessions), s.tenant, tenant).group_by(s.tenant)
+
+
+def _runs(tenant: Scope) -> Any:
+    query = select(
+        h.tenant,
+        func.coalesce(func.sum(case((h.status.in_(RESUMABLE), 1), else_=0)), 0),
+        func.coalesce(func.sum(case((h.status.in_(FINISHED), 1), else_=0)), 0),
+    ).select_from(run_heads)
+    return _scoped(query, h.tenant, tenant).group_by(h.tenant)
+
+
 _TOP = bindparam("top", type_=BigInteger())
-_LARGEST_SESSIONS = (
-    select(s.session_id, s.title, s.message_count, s.updated_at)
-    .order_by(s.message_count.desc(), s.session_id)
-    .limit(_TOP)
-)
 
 
-def _largest_outputs(dialect: str) -> Any:
+def _largest_sessions(tenant: Scope) -> Any:
+    query = select(s.tenant, s.session_id, s.title, s.message_count, s.updated_at)
+    query = _scoped(query, s.tenant, tenant)
+    return query.order_by(s.message_count.desc(), s.tenant, s.session_id).limit(_TOP)
+
+
+def _largest_outputs(dialect: str, tenant: Scope) -> Any:
     """The top tool results by stored bytes: ``octet_length`` where the backend has
     it, a BLOB's length on SQLite (whose ``length`` of text counts characters)."""
     if dialect == "sqlite":
         size = func.length(cast(m.entry_json, LargeBinary))
     else:
         size = func.octet_length(m.entry_json)
-    return (
-        select(m.session_id, m.sequence, m.call_id, size.label("bytes"))
-        .where(m.entry_type == "tool_result")
-        .order_by(size.desc(), m.session_id, m.sequence)
-        .limit(_TOP)
-    )
+    query = select(m.tenant, m.session_id, m.sequence, m.call_id, size.label("bytes"))
+    query = _scoped(query.where(m.entry_type == "tool_result"), m.tenant, tenant)
+    return query.order_by(size.desc(), m.tenant, m.session_id, m.sequence).limit(_TOP)
 
 
-async def database_stats(target: Target, *, top: int = 10) -> DatabaseStats:
+async def database_stats(
+    target: Target, *, top: int = 10, tenant: str | None = None, all_tenants: bool = False
+) -> DatabaseStats:
     """Counts, size and the ``top`` largest sessions and tool outputs of ``target``.
+
+    Of one tenant: ``tenant``, else the Database's (the default tenant ``""`` unless
+    it was opened with one); ``all_tenants=True`` measures every tenant, counted per
+    tenant (``DatabaseStats.tenants``), the largest named with their tenant.
 
     Read-only, and never migrates: a database that needs ``lovia-store upgrade`` is
     refused with ``SchemaNotCurrentError``. ``top=0`` leaves both lists empty (and
@@ -119,36 +168,51 @@ async def database_stats(target: Target, *, top: int = 10) -> DatabaseStats:
     """
     top = check_count(top, "top", minimum=0)
     async with opened(target, verify_only=True) as db:
+        scope = scope_of(tenant, all_tenants, db.tenant)
 
         def work(conn: Connection) -> DatabaseStats:
-            return _measure(conn, db, top)
+            return _measure(conn, db, top, scope)
 
         return await db.read(work, stale=True)
 
 
-def _measure(conn: Connection, db: Database, top: int) -> DatabaseStats:
-    session_count, message_count = conn.execute(_COUNTS).one()
-    in_flight, finished = conn.execute(_RUNS).one()
+def _measure(conn: Connection, db: Database, top: int, tenant: Scope) -> DatabaseStats:
+    bound = {"top": top, "tenant": tenant}
+    counts: dict[str, list[int]] = {} if tenant is None else {tenant: [0, 0, 0, 0]}
+    for name, session_count, message_count in conn.execute(_counts(tenant), bound):
+        counts.setdefault(name, [0, 0, 0, 0])[:2] = [int(session_count), int(message_count)]
+    for name, in_flight, finished in conn.execute(_runs(tenant), bound):
+        counts.setdefault(name, [0, 0, 0, 0])[2:] = [int(in_flight), int(finished)]
+    tenants = [
+        TenantStats(
+            tenant=name, sessions=n[0], messages=n[1], runs_in_flight=n[2], finished_runs=n[3]
+        )
+        for name, n in sorted(counts.items())
+    ]
     detail = _size(conn, db.schema)
     largest: list[SessionSize] = []
     outputs: list[ToolOutputSize] = []
     if top:
         largest = [
-            SessionSize(session_id=sid, title=title, messages=int(n), updated_at=at)
-            for sid, title, n, at in conn.execute(_LARGEST_SESSIONS, {"top": top}).all()
+            SessionSize(tenant=t, session_id=sid, title=title, messages=int(n), updated_at=at)
+            for t, sid, title, n, at in conn.execute(_largest_sessions(tenant), bound).all()
         ]
-        query = _largest_outputs(conn.dialect.name)
+        query = _largest_outputs(conn.dialect.name, tenant)
         outputs = [
-            ToolOutputSize(session_id=sid, sequence=int(seq), call_id=call_id, bytes=int(size))
-            for sid, seq, call_id, size in conn.execute(query, {"top": top}).all()
+            ToolOutputSize(
+                tenant=t, session_id=sid, sequence=int(seq), call_id=call_id, bytes=int(size)
+            )
+            for t, sid, seq, call_id, size in conn.execute(query, bound).all()
         ]
     return DatabaseStats(
         database=db.url,
         backend=conn.dialect.name,
-        sessions=int(session_count),
-        messages=int(message_count),
-        runs_in_flight=int(in_flight),
-        finished_runs=int(finished),
+        tenant=tenant,
+        tenants=tenants,
+        sessions=sum(t.sessions for t in tenants),
+        messages=sum(t.messages for t in tenants),
+        runs_in_flight=sum(t.runs_in_flight for t in tenants),
+        finished_runs=sum(t.finished_runs for t in tenants),
         size_bytes=sum(detail.values()),
         size_detail=detail,
         largest_sessions=largest,
