@@ -20,25 +20,49 @@ from ..db.tables import session_runs, sessions
 from ..entries import entry_to_dict
 from ..sessions.contract import Segment
 from ..sessions.sql import SQLSession
-from .options import URL_HELP, default_url, json_option, paging_options, schema_option, url_argument
+from .options import (
+    URL_HELP,
+    default_url,
+    json_option,
+    paging_options,
+    schema_option,
+    selected_tenants,
+    tenant_options,
+    url_argument,
+)
 from .output import Output, printable
 from .transcript import describe
 
 __all__ = ["sessions_command", "show_command"]
 
 
-async def _session_page(db: Database, limit: int, offset: int) -> tuple[int, list[Any]]:
-    """(how many sessions there are, one page of them: newest activity first)."""
+async def _session_page(
+    db: Database, tenant: str | None, limit: int, offset: int
+) -> tuple[int, list[Any]]:
+    """(how many sessions ``tenant`` has, one page of them: newest activity first);
+    ``tenant`` None: of every tenant."""
     runs = (
         select(func.count())
-        .where(session_runs.c.session_id == sessions.c.session_id)
+        .where(
+            session_runs.c.tenant == sessions.c.tenant,
+            session_runs.c.session_id == sessions.c.session_id,
+        )
         .scalar_subquery()
     )
-    query = select(
-        sessions.c.session_id, runs, sessions.c.message_count, sessions.c.updated_at
-    ).order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
+    mine = [] if tenant is None else [sessions.c.tenant == tenant]
+    query = (
+        select(
+            sessions.c.tenant,
+            sessions.c.session_id,
+            runs,
+            sessions.c.message_count,
+            sessions.c.updated_at,
+        )
+        .where(*mine)
+        .order_by(sessions.c.updated_at.desc(), sessions.c.tenant, sessions.c.session_id)
+    )
     query = query.offset(offset) if limit == 0 else query.limit(limit).offset(offset)
-    total = select(func.count()).select_from(sessions)
+    total = select(func.count()).select_from(sessions).where(*mine)
 
     def work(conn: Connection) -> tuple[int, list[Any]]:
         return int(conn.execute(total).scalar_one()), list(conn.execute(query).all())
@@ -58,15 +82,21 @@ def _page_note(what: str, offset: int, shown: int, total: int) -> str | None:
     return note
 
 
-def _sessions_table(rows: list[Any]) -> Table:
+def _sessions_table(rows: list[Any], every: bool) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    if every:
+        table.add_column("tenant", overflow="fold")
     table.add_column("session", overflow="fold")
     table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("entries", justify="right", no_wrap=True)
     table.add_column("last activity (UTC)", no_wrap=True)
-    for session_id, runs, entries, updated_at in rows:
+    for tenant, session_id, runs, entries, updated_at in rows:
         table.add_row(
-            printable(session_id), str(runs), str(entries), f"{updated_at:%Y-%m-%d %H:%M:%S}"
+            *((printable(repr(tenant)),) if every else ()),
+            printable(session_id),
+            str(runs),
+            str(entries),
+            f"{updated_at:%Y-%m-%d %H:%M:%S}",
         )
     return table
 
@@ -77,30 +107,53 @@ def _sessions_table(rows: list[Any]) -> Table:
 @url_argument
 @schema_option
 @paging_options("sessions", default_limit=100)
+@tenant_options("whose sessions to list")
 @json_option
 @click.pass_obj
 def sessions_command(
-    output: Output, url: str | None, schema: str | None, limit: int, offset: int, as_json: bool
+    output: Output,
+    url: str | None,
+    schema: str | None,
+    limit: int,
+    offset: int,
+    tenant: str | None,
+    all_tenants: bool,
+    as_json: bool,
 ) -> int:
-    """List the sessions at URL with their run and entry counts, newest activity first."""
+    """List the sessions at URL with their run and entry counts, newest activity first.
+
+    Those of one tenant (--tenant, else the default tenant), or of every tenant,
+    each named with its tenant, with --all-tenants."""
     output.json_mode = as_json
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
+    scope = None if all_tenants else (tenant or "")
 
     async def read() -> tuple[str, int, list[Any]]:
         async with Database(url or default_url(), verify_only=True, schema=schema) as db:
-            return (db.url, *await _session_page(db, limit, offset))
+            return (db.url, *await _session_page(db, scope, limit, offset))
 
     database, total, rows = asyncio.run(read())
     if as_json:
         listed = [
-            {"session_id": s, "runs": r, "entries": e, "updated_at": _utc(u)} for s, r, e, u in rows
+            {"tenant": t, "session_id": s, "runs": r, "entries": e, "updated_at": _utc(u)}
+            for t, s, r, e, u in rows
         ]
-        output.json({"database": database, "total": total, "offset": offset, "sessions": listed})
+        output.json(
+            {
+                "database": database,
+                "tenant": scope,
+                "total": total,
+                "offset": offset,
+                "sessions": listed,
+            }
+        )
         return 0
     if total == 0:
-        output.print(f"no sessions in {printable(database)}")
+        where = "" if scope == "" else f" ({'every tenant' if scope is None else repr(scope)})"
+        output.print(f"no sessions in {printable(database)}{printable(where)}")
         return 0
     if rows:
-        output.table(_sessions_table(rows))
+        output.table(_sessions_table(rows, every=scope is None))
     note = _page_note("sessions", offset, len(rows), total)
     if note is not None:
         output.note(note)
@@ -126,6 +179,7 @@ def _took(segment: Segment) -> str:
 @url_argument
 @schema_option
 @paging_options("runs", default_limit=0)
+@tenant_options("whose session to show", all_tenants=False)
 @json_option
 @click.pass_obj
 def show_command(
@@ -135,17 +189,20 @@ def show_command(
     schema: str | None,
     limit: int,
     offset: int,
+    tenant: str | None,
     as_json: bool,
 ) -> int:
     """Print the transcript of SESSION_ID at URL, run by run, oldest first.
 
+    SESSION_ID is a session of one tenant (--tenant, else the default tenant).
     Exits 1 if there is no such session.
     """
     output.json_mode = as_json
+    tenant = tenant or ""
 
     async def read() -> tuple[str, list[Segment]]:
         async with Database(url or default_url(), verify_only=True, schema=schema) as db:
-            return db.url, await SQLSession(db).segments(session_id)
+            return db.url, await SQLSession(db, tenant=tenant).segments(session_id)
 
     database, segments = asyncio.run(read())
     page = segments[offset : offset + limit] if limit else segments[offset:]
@@ -162,6 +219,7 @@ def show_command(
         output.json(
             {
                 "database": database,
+                "tenant": tenant,
                 "session_id": session_id,
                 "total_runs": len(segments),
                 "offset": offset,
@@ -170,7 +228,10 @@ def show_command(
         )
         return 0 if segments else 1
     if not segments:
-        output.print(f"no session {printable(repr(session_id))} in {printable(database)}")
+        where = f" (tenant {tenant!r})" if tenant else ""
+        output.print(
+            f"no session {printable(repr(session_id))} in {printable(database)}{printable(where)}"
+        )
         return 1
     for number, segment in enumerate(page, start=offset + 1):
         header = f"── run {number}: {printable(segment.run_id)}{_took(segment)}"

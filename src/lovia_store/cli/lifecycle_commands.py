@@ -28,7 +28,9 @@ from .options import (
     default_url,
     json_option,
     schema_option,
+    selected_tenants,
     shown,
+    tenant_options,
     url_argument,
 )
 from .output import Output, printable
@@ -45,6 +47,13 @@ def _counts(counter: Any) -> dict[str, int]:
 def _summary(counter: Any) -> str:
     parts = [f"{counter[name]} {name}" for name in KINDS if counter[name]]
     return ", ".join(parts) or "nothing"
+
+
+def _of(tenant: str | None) -> str:
+    """Which tenants a line speaks of: nothing for the default tenant (as before tenants)."""
+    if tenant is None:
+        return " (every tenant)"
+    return f" (tenant {printable(repr(tenant))})" if tenant else ""
 
 
 @click.command(
@@ -68,6 +77,7 @@ def _summary(counter: Any) -> str:
     type=click.Path(dir_okay=False, writable=True),
     help="The file to write (gzip-compressed when it ends in .gz).",
 )
+@tenant_options("to export")
 @json_option
 @click.pass_obj
 def export_command(
@@ -76,19 +86,30 @@ def export_command(
     schema: str | None,
     session_ids: tuple[str, ...],
     path: str,
+    tenant: str | None,
+    all_tenants: bool,
     as_json: bool,
 ) -> int:
     """Write the database at URL (or the sessions named) to FILE, one record per line.
 
-    The format is documented in docs/operations.md; `lovia-store import` reads it.
-    The database is only read (one that needs `lovia-store upgrade` is refused).
+    One tenant is written (--tenant, else the default tenant), or every tenant
+    with --all-tenants; each record names its tenant. The format is documented in
+    docs/operations.md; `lovia-store import` reads it. The database is only read
+    (one that needs `lovia-store upgrade` is refused).
     """
     output.json_mode = as_json
     target = url or default_url()
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
 
     async def run() -> ExportReport:
         async with Database(target, verify_only=True, schema=schema) as db:
-            return await export(db, path, session_ids=session_ids or None)
+            return await export(
+                db,
+                path,
+                session_ids=session_ids or None,
+                tenant=tenant,
+                all_tenants=all_tenants,
+            )
 
     with output.progress(f"exporting {shown(target)}"):
         report = asyncio.run(run())
@@ -97,12 +118,13 @@ def export_command(
             {
                 "status": "ok",
                 "source": report.source,
+                "tenant": report.tenant,
                 "file": path,
                 "records": _counts(report.counts),
             }
         )
     else:
-        output.print(f"{printable(path)}: {_summary(report.counts)}")
+        output.print(f"{printable(path)}: {_summary(report.counts)}{_of(report.tenant)}")
     return 0
 
 
@@ -113,12 +135,27 @@ def export_command(
 @click.option(
     "--dry-run", is_flag=True, help="Check every record against the database; write nothing."
 )
+@tenant_options(
+    "to import into (the file's one tenant is renamed to it)",
+    default="the default tenant, which must be the file's",
+)
 @json_option
 @click.pass_obj
 def import_command(
-    output: Output, file: str, url: str | None, schema: str | None, dry_run: bool, as_json: bool
+    output: Output,
+    file: str,
+    url: str | None,
+    schema: str | None,
+    dry_run: bool,
+    tenant: str | None,
+    all_tenants: bool,
+    as_json: bool,
 ) -> int:
     """Load FILE (written by `lovia-store export`) into the database at URL.
+
+    With --all-tenants each row goes into the tenant its record names. Otherwise
+    FILE must hold one tenant, whose rows go into --tenant (renamed, if the file's
+    is another), else into the default tenant, which must then be the file's.
 
     Idempotent: rows already there are left alone, so importing twice changes
     nothing. A malformed line, or a record that conflicts with a row already
@@ -126,10 +163,13 @@ def import_command(
     """
     output.json_mode = as_json
     target = url or default_url()
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
 
     async def run() -> ImportReport:
         async with Database(target, schema=schema) as db:
-            return await import_file(db, file, dry_run=dry_run)
+            return await import_file(
+                db, file, dry_run=dry_run, tenant=tenant, all_tenants=all_tenants
+            )
 
     with output.progress(f"importing into {shown(target)}"):
         report = asyncio.run(run())
@@ -137,7 +177,7 @@ def import_command(
         output.json(_import_document(report))
     else:
         verb = "would insert" if dry_run else "inserted"
-        output.print(f"{verb} {_summary(report.inserted)}")
+        output.print(f"{verb} {_summary(report.inserted)}{_of(report.tenant)}")
         output.print(f"already there: {_summary(report.unchanged)}")
     return 0
 
@@ -146,6 +186,7 @@ def _import_document(report: ImportReport) -> dict[str, object]:
     return {
         "status": "ok",
         "destination": report.destination,
+        "tenant": report.tenant,
         "dry_run": report.dry_run,
         "inserted": _counts(report.inserted),
         "unchanged": _counts(report.unchanged),
@@ -156,6 +197,7 @@ def _import_document(report: ImportReport) -> dict[str, object]:
 @click.argument("source_url")
 @click.argument("destination_url")
 @copy_schema_options
+@tenant_options("to copy (into the same tenant)")
 @json_option
 @click.pass_obj
 def copy_command(
@@ -164,9 +206,14 @@ def copy_command(
     destination_url: str,
     source_schema: str | None,
     destination_schema: str | None,
+    tenant: str | None,
+    all_tenants: bool,
     as_json: bool,
 ) -> int:
     """Copy every session and run from SOURCE_URL into DESTINATION_URL, then verify.
+
+    One tenant is copied (--tenant, else the default tenant), or every tenant with
+    --all-tenants, each into its own tenant of the destination.
 
     The destination is upgraded to the current schema first, and refused if it
     holds data the source does not. Killed, the copy is finished by running it
@@ -175,13 +222,14 @@ def copy_command(
     --destination-schema name the schema that holds each side's tables.
     """
     output.json_mode = as_json
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
 
     async def run() -> CopyReport:
         async with (
             Database(source_url, verify_only=True, schema=source_schema) as src,
             Database(destination_url, schema=destination_schema) as dst,
         ):
-            return await copy_database(src, dst)
+            return await copy_database(src, dst, tenant=tenant, all_tenants=all_tenants)
 
     with output.progress(f"copying {shown(source_url)} to {shown(destination_url)}"):
         report = asyncio.run(run())
@@ -199,11 +247,13 @@ def _copy_document(report: CopyReport) -> dict[str, object]:
         "status": "ok" if report.ok else "differs",
         "source": report.source,
         "destination": report.destination,
+        "tenant": report.tenant,
         "seconds": round(report.seconds, 3),
         "inserted": _counts(report.inserted),
         "unchanged": _counts(report.unchanged),
         "sessions": [
             {
+                "tenant": check.tenant,
                 "session_id": check.session_id,
                 "equal": check.equal,
                 "source": None if check.source is None else _tally(check.source),
@@ -223,8 +273,8 @@ def _tally(tally: Any) -> dict[str, object]:
 
 def _copy_lines(report: CopyReport) -> list[str]:
     lines = [
-        f"copied {printable(report.source)} to {printable(report.destination)} "
-        f"in {report.seconds:.1f} s",
+        f"copied {printable(report.source)} to {printable(report.destination)}"
+        f"{_of(report.tenant)} in {report.seconds:.1f} s",
         f"inserted {_summary(report.inserted)}",
         f"already there: {_summary(report.unchanged)}",
         "verification (read back from both databases):",
@@ -234,7 +284,10 @@ def _copy_lines(report: CopyReport) -> list[str]:
         assert tally is not None
         counts = " ".join(f"{tally.counts[k]} {k}" for k in ("message", "segment", "snapshot"))
         mark = "ok" if check.equal else "DIFFERS"
-        lines.append(f"  {mark:7} {printable(check.session_id)}  {counts}  {tally.digest[:16]}")
+        name = printable(check.session_id)
+        if report.tenant is None:  # every tenant: the same id may be in two
+            name = f"{printable(check.tenant)}/{name}" if check.tenant else f"/{name}"
+        lines.append(f"  {mark:7} {name}  {counts}  {tally.digest[:16]}")
     if report.checkpoints is not None:
         source, destination = report.checkpoints
         same = source.counts == destination.counts and source.digest == destination.digest

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -19,7 +20,9 @@ __all__ = [
     "json_option",
     "paging_options",
     "schema_option",
+    "selected_tenants",
     "shown",
+    "tenant_options",
     "url_argument",
 ]
 
@@ -112,3 +115,43 @@ def paging_options(what: str, default_limit: int) -> Callable[[Command], Command
         )(command)
 
     return decorate
+
+
+def tenant_options(
+    what: str, *, all_tenants: bool = True, envvar: bool = True, default: str = "the default tenant"
+) -> Callable[[Command], Command]:
+    """``--tenant NAME`` (from ``$LOVIA_STORE_TENANT`` when ``envvar``) and, when
+    ``all_tenants``, ``--all-tenants``: the tenants a command ``what``. The command
+    receives ``tenant`` (None: not given) and ``all_tenants``; ``selected_tenants``
+    checks them."""
+
+    def decorate(command: Command) -> Command:
+        if all_tenants:
+            command = click.option(
+                "--all-tenants",
+                "all_tenants",
+                is_flag=True,
+                help=f"Every tenant {what} (each kept apart); overrides $LOVIA_STORE_TENANT.",
+            )(command)
+        return click.option(
+            "--tenant",
+            envvar="LOVIA_STORE_TENANT" if envvar else None,
+            show_envvar=envvar,
+            metavar="NAME",
+            default=None,
+            help=f"The tenant {what} (default: {default}; '' names the default tenant).",
+        )(command)
+
+    return decorate
+
+
+def selected_tenants(tenant: str | None, all_tenants: bool) -> tuple[str | None, bool]:
+    """``(tenant, all_tenants)`` for a lifecycle call: ``--all-tenants`` wins over a
+    tenant from ``$LOVIA_STORE_TENANT``, but not over ``--tenant`` on the command line
+    (both said: a usage error)."""
+    if not all_tenants:
+        return tenant, False
+    ctx = click.get_current_context()
+    if tenant is not None and ctx.get_parameter_source("tenant") == ParameterSource.COMMANDLINE:
+        raise click.UsageError("--tenant and --all-tenants exclude each other")
+    return None, True

@@ -17,7 +17,16 @@ import click
 
 from ..db.database import Database
 from ..lifecycle.retention import MAX_BATCH, PruneReport, prune
-from .options import MAX_COUNT, URL_HELP, default_url, json_option, schema_option, url_argument
+from .options import (
+    MAX_COUNT,
+    URL_HELP,
+    default_url,
+    json_option,
+    schema_option,
+    selected_tenants,
+    tenant_options,
+    url_argument,
+)
 from .output import Output, printable
 
 __all__ = ["prune_command"]
@@ -73,10 +82,31 @@ def _cutoffs(sessions: timedelta | datetime | None, runs: timedelta | datetime |
 
 def _lines(report: PruneReport, database: str) -> list[str]:
     verb = "would delete" if report.dry_run else "deleted"
+    if report.tenant is None:
+        lines = [
+            f"{printable(database)}, every tenant: {verb} {len(report.sessions)} session(s) "
+            f"and {len(report.runs)} checkpoint(s)"
+        ]
+        for name, mine in report.tenants.items():
+            lines += [f"  {printable(repr(name))}: {line}" for line in _tenant_lines(mine)]
+        if report.vacuum:
+            lines.append(f"space reclaimed ({report.vacuum} vacuum)")
+        return lines
+    where = f", tenant {printable(repr(report.tenant))}" if report.tenant else ""
     lines = [
-        f"{printable(database)}: {verb} {len(report.sessions)} session(s) and "
-        f"{len(report.runs)} checkpoint(s)"
+        f"{printable(database)}{where}: {verb} {len(report.sessions)} session(s) and "
+        f"{len(report.runs)} checkpoint(s)",
+        *_tenant_lines(report)[1:],
     ]
+    if report.vacuum:
+        lines.append(f"space reclaimed ({report.vacuum} vacuum)")
+    return lines
+
+
+def _tenant_lines(report: PruneReport) -> list[str]:
+    """What a prune did in one tenant: the counts, then what it spared and why."""
+    verb = "would delete" if report.dry_run else "deleted"
+    lines = [f"{verb} {len(report.sessions)} session(s) and {len(report.runs)} checkpoint(s)"]
     if report.spared_sessions:
         lines.append(
             f"kept {len(report.spared_sessions)} session(s) a resumable or leased run "
@@ -88,8 +118,6 @@ def _lines(report: PruneReport, database: str) -> list[str]:
             "no session and could append to any (finish or delete them, or pass "
             "--ignore-unlinked-runs): " + ", ".join(printable(r) for r in report.blocking_runs[:5])
         )
-    if report.vacuum:
-        lines.append(f"space reclaimed ({report.vacuum} vacuum)")
     return lines
 
 
@@ -134,6 +162,7 @@ def _lines(report: PruneReport, database: str) -> list[str]:
 @click.option("--vacuum", is_flag=True, help="SQLite: VACUUM afterwards (rewrites the file).")
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@tenant_options("to prune (--all-tenants: each by the same criteria)")
 @json_option
 @click.pass_obj
 def prune_command(
@@ -150,6 +179,8 @@ def prune_command(
     vacuum: bool,
     dry_run: bool,
     yes: bool,
+    tenant: str | None,
+    all_tenants: bool,
     as_json: bool,
 ) -> int:
     """Delete sessions and finished checkpoints the criteria select (all must hold).
@@ -159,7 +190,10 @@ def prune_command(
     See docs/operations.md#retention.
     """
     output.json_mode = as_json
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
     options: dict[str, Any] = {
+        "tenant": tenant,
+        "all_tenants": all_tenants,
         "older_than": older_than,
         "keep_last": keep_last,
         "session_types": session_types or None,
@@ -190,8 +224,11 @@ def prune_command(
     for line in _lines(report, database):
         output.print(line)
     if dry_run:
-        for session_id in report.sessions:
-            output.print(f"session {printable(session_id)}")
-        for run_id in report.runs:
-            output.print(f"checkpoint {printable(run_id)}")
+        chosen = report.tenants.items() if report.tenant is None else [("", report)]
+        for name, mine in chosen:
+            prefix = f"{printable(repr(name))} " if report.tenant is None else ""
+            for session_id in mine.sessions:
+                output.print(f"{prefix}session {printable(session_id)}")
+            for run_id in mine.runs:
+                output.print(f"{prefix}checkpoint {printable(run_id)}")
     return 0

@@ -12,7 +12,15 @@ from ..db.schema import head_revision
 from ..errors import ConversionWarning, CounterMismatchError
 from ..lifecycle.counters import counter_mismatches
 from ..upgrade import UpgradeReport, check, upgrade
-from .options import URL_HELP, default_url, json_option, schema_option, shown, url_argument
+from .options import (
+    URL_HELP,
+    default_url,
+    json_option,
+    schema_option,
+    shown,
+    tenant_options,
+    url_argument,
+)
 from .output import Output, printable
 
 __all__ = ["check_command", "upgrade_command"]
@@ -109,21 +117,25 @@ def upgrade_command(
 )
 @url_argument
 @schema_option
+@tenant_options("whose counters to check", all_tenants=False, envvar=False, default="every tenant")
 @json_option
 @click.pass_obj
-def check_command(output: Output, url: str | None, schema: str | None, as_json: bool) -> int:
+def check_command(
+    output: Output, url: str | None, schema: str | None, tenant: str | None, as_json: bool
+) -> int:
     """Exit 0 if the database at URL is at the current schema, else say why; never writes.
 
     For a readiness probe: 1 means it needs `lovia-store upgrade`, 3 that it cannot
     be reached (or is not a database), 4 that a newer lovia-store wrote it, 5 that
-    a session's or run's stored counters disagree with its rows (each is named).
+    a session's or run's stored counters disagree with its rows (each is named,
+    with its tenant). Every tenant's counters are checked, or --tenant's only.
     """
     output.json_mode = as_json
 
     async def verify() -> str:
         async with Database(url or default_url(), verify_only=True, schema=schema) as db:
             await check(db)
-            mismatches = await counter_mismatches(db)
+            mismatches = await counter_mismatches(db, tenant=tenant, all_tenants=tenant is None)
             if mismatches:
                 raise CounterMismatchError(database=db.url, mismatches=mismatches)
             return db.url

@@ -13,7 +13,15 @@ from rich.table import Table
 
 from ..db.database import Database
 from ..lifecycle.stats import DatabaseStats, database_stats
-from .options import URL_HELP, default_url, json_option, schema_option, url_argument
+from .options import (
+    URL_HELP,
+    default_url,
+    json_option,
+    schema_option,
+    selected_tenants,
+    tenant_options,
+    url_argument,
+)
 from .output import Output, printable
 
 __all__ = ["stats_command"]
@@ -41,7 +49,10 @@ def _table(*columns: tuple[str, str]) -> Table:
 
 
 def _print(output: Output, stats: DatabaseStats) -> None:
-    output.print(f"{printable(stats.database)} ({stats.backend})", style="bold")
+    every = stats.tenant is None
+    scope = "every tenant" if every else (f"tenant {stats.tenant!r}" if stats.tenant else "")
+    shown = f", {printable(scope)}" if scope else ""
+    output.print(f"{printable(stats.database)} ({stats.backend}{shown})", style="bold")
     summary = _table(("", "left"), ("", "right"))
     summary.show_header = False
     detail = ", ".join(f"{name} {_bytes(size)}" for name, size in stats.size_detail.items())
@@ -54,10 +65,30 @@ def _print(output: Output, stats: DatabaseStats) -> None:
     ):
         summary.add_row(name, value)
     output.table(summary)
+    if every and stats.tenants:
+        output.print("")
+        output.print("per tenant", style="bold")
+        tenants = _table(
+            ("tenant", "left"),
+            ("sessions", "right"),
+            ("messages", "right"),
+            ("runs in flight", "right"),
+            ("finished runs", "right"),
+        )
+        for t in stats.tenants:
+            tenants.add_row(
+                printable(repr(t.tenant)),
+                f"{t.sessions:,}",
+                f"{t.messages:,}",
+                f"{t.runs_in_flight:,}",
+                f"{t.finished_runs:,}",
+            )
+        output.table(tenants)
     if stats.largest_sessions:
         output.print("")
         output.print("largest sessions", style="bold")
         sessions = _table(
+            *((("tenant", "left"),) if every else ()),
             ("session", "left"),
             ("title", "left"),
             ("messages", "right"),
@@ -65,6 +96,7 @@ def _print(output: Output, stats: DatabaseStats) -> None:
         )
         for s in stats.largest_sessions:
             sessions.add_row(
+                *((printable(repr(s.tenant)),) if every else ()),
                 printable(s.session_id),
                 printable(s.title or ""),
                 f"{s.messages:,}",
@@ -75,10 +107,15 @@ def _print(output: Output, stats: DatabaseStats) -> None:
         output.print("")
         output.print("largest tool outputs", style="bold")
         outputs = _table(
-            ("session", "left"), ("sequence", "right"), ("call id", "left"), ("size", "right")
+            *((("tenant", "left"),) if every else ()),
+            ("session", "left"),
+            ("sequence", "right"),
+            ("call id", "left"),
+            ("size", "right"),
         )
         for o in stats.largest_tool_outputs:
             outputs.add_row(
+                *((printable(repr(o.tenant)),) if every else ()),
                 printable(o.session_id),
                 str(o.sequence),
                 printable(o.call_id or ""),
@@ -102,18 +139,29 @@ def _print(output: Output, stats: DatabaseStats) -> None:
     help="How many of the largest sessions and tool outputs to list (0: none, and no "
     "scan of the tool outputs).",
 )
+@tenant_options("to measure (--all-tenants: counted per tenant)")
 @json_option
 @click.pass_obj
 def stats_command(
-    output: Output, url: str | None, schema: str | None, top: int, as_json: bool
+    output: Output,
+    url: str | None,
+    schema: str | None,
+    top: int,
+    tenant: str | None,
+    all_tenants: bool,
+    as_json: bool,
 ) -> int:
     """Print what the database at URL holds: sessions, messages, runs in flight and
-    finished, its size, and the largest sessions and tool outputs."""
+    finished, its size, and the largest sessions and tool outputs.
+
+    Of one tenant (--tenant, else the default tenant), or of every tenant with
+    --all-tenants, counted per tenant. The size is the whole database's."""
     output.json_mode = as_json
+    tenant, all_tenants = selected_tenants(tenant, all_tenants)
 
     async def read() -> DatabaseStats:
         async with Database(url or default_url(), verify_only=True, schema=schema) as db:
-            return await database_stats(db, top=top)
+            return await database_stats(db, top=top, tenant=tenant, all_tenants=all_tenants)
 
     stats = asyncio.run(read())
     if as_json:
