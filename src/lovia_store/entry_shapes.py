@@ -48,7 +48,10 @@ __all__ = [
 class _Frozen(BaseModel):
     # Entries are shared between stores, snapshots and callers without
     # copying, so they must not change under anyone's feet.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # defer_build: a model's validator and serializer are built when it is first
+    # used, so a process builds only the entry models it meets (a first append of
+    # one InputEntry builds that one, not all of them).
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
 
 class TextPart(_Frozen):
@@ -129,14 +132,18 @@ ENTRY_TYPES = frozenset({"input", "assistant_text", "reasoning", "tool_call", "t
 ENTRY_CLASSES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
 _EXACT_ENTRY_CLASSES = frozenset(ENTRY_CLASSES)
 
-_ENTRY: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)
-ENTRY_LIST: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
+# Built on first use (defer_build): a process that only appends never validates one.
+_DEFERRED = ConfigDict(defer_build=True)
+_ENTRY: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry, config=_DEFERRED)
+ENTRY_LIST: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(
+    list[TranscriptEntry], config=_DEFERRED
+)
 
 
 class Usage(BaseModel):
     """Token counters; ``+`` folds two usages together."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     input_tokens: int = 0
     output_tokens: int = 0
