@@ -192,6 +192,31 @@ def test_lovia_store_check_loads_no_session_store_orm_or_alembic(tmp_path: Path)
     assert json.loads(_child(code, path).splitlines()[-1]) == [0, []]
 
 
+_APPEND_ONLY = """
+import asyncio, json, sys
+from lovia_store import InputEntry, SQLiteSession, entry_shapes
+
+async def main() -> None:
+    async with SQLiteSession(sys.argv[1]) as store:
+        await store.append("u1", [InputEntry(role="user", content="hello")])
+
+asyncio.run(main())
+models = (*entry_shapes.ENTRY_CLASSES, entry_shapes.TextPart, entry_shapes.ImagePart,
+          entry_shapes.FilePart, entry_shapes.Usage)
+adapters = (entry_shapes._ENTRY, entry_shapes.ENTRY_LIST)
+print(json.dumps([[m.__name__ for m in models if m.__pydantic_complete__],
+                  [a.pydantic_complete for a in adapters]]))
+"""
+
+
+def test_a_first_append_builds_only_the_entry_model_it_stores(tmp_path: Path) -> None:
+    """The entry models and adapters are built on first use (defer_build): appending
+    one InputEntry, to a new file and to an existing one, builds that model only."""
+    path = tmp_path / "store.sqlite3"
+    for _ in ("a new file", "the same file, existing now"):
+        assert json.loads(_child(_APPEND_ONLY, path)) == [["InputEntry"], [False, False]]
+
+
 def _child(code: str, path: Path) -> str:
     """What a fresh interpreter running ``code`` on ``path`` printed."""
     done = subprocess.run(
