@@ -4,6 +4,11 @@ An append is two statements whatever the run's length (one on PostgreSQL): an
 upsert of the head that also reserves the entries' positions (the counter lives
 on the head row), and one multi-row insert of the new entries (``sql_steps``).
 Nothing earlier is read or rewritten, so the 2,000th step costs what the first did.
+
+A checkpointer works for one tenant (``tenant=``, else its Database's): a run,
+its entries, lease and tool effects are keyed by (tenant, run id), every
+statement names the tenant, and every transaction is run for it (row-level
+security on PostgreSQL), so the same run id in two tenants is two runs.
 """
 
 from __future__ import annotations
@@ -52,14 +57,26 @@ h = run_heads.c
 e = run_entries.c
 fx = tool_effects.c
 
+# A run's rows, by the ``tenant`` and ``run_id`` bind parameters.
+_HEAD = select(h.head_json).where(h.tenant == bindparam("tenant"), h.run_id == bindparam("run_id"))
+_ENTRIES = (
+    select(e.entry_json)
+    .where(e.tenant == bindparam("tenant"), e.run_id == bindparam("run_id"))
+    .order_by(e.position)
+)
+_EFFECTS = select(fx.call_id, fx.tool_name, fx.started_at, fx.result_json).where(
+    fx.tenant == bindparam("tenant"), fx.run_id == bindparam("run_id")
+)
 
-def delete_runs(conn: Connection, run_ids: Sequence[str]) -> None:
-    """Drop these runs' checkpoints inside the caller's transaction."""
+
+def delete_runs(conn: Connection, tenant: str, run_ids: Sequence[str]) -> None:
+    """Drop these runs of ``tenant`` (their checkpoints, effects, idle leases) inside the
+    caller's transaction; the same ids in other tenants are left alone."""
     if run_ids:
-        conn.execute(delete(run_entries).where(e.run_id.in_(run_ids)))
-        conn.execute(delete(tool_effects).where(fx.run_id.in_(run_ids)))
-        conn.execute(delete(run_heads).where(h.run_id.in_(run_ids)))
-        sql_leases.drop_idle(conn, list(run_ids))
+        conn.execute(delete(run_entries).where(e.tenant == tenant, e.run_id.in_(run_ids)))
+        conn.execute(delete(tool_effects).where(fx.tenant == tenant, fx.run_id.in_(run_ids)))
+        conn.execute(delete(run_heads).where(h.tenant == tenant, h.run_id.in_(run_ids)))
+        sql_leases.drop_idle(conn, tenant, list(run_ids))
 
 
 class SQLCheckpointer(SQLStore):
@@ -68,8 +85,8 @@ class SQLCheckpointer(SQLStore):
     links_sessions = True
     """``append`` takes ``session_id=``: lovia-store's Runner names the run's session."""
 
-    def __init__(self, target: StoreTarget) -> None:
-        super().__init__(target)
+    def __init__(self, target: StoreTarget, *, tenant: str | None = None) -> None:
+        super().__init__(target, tenant=tenant)
 
     async def append(
         self,
@@ -117,20 +134,23 @@ class SQLCheckpointer(SQLStore):
         ``ConflictError`` instead of being continued from the wrong start.
         """
 
+        tenant = self.tenant
+
         def work(conn: Connection) -> None:
-            sql_leases.fence(conn, lease)
-            if first and ENTRY_COUNT.execute(conn, {"run_id": run_id}).first() is not None:
+            sql_leases.fence(conn, tenant, lease)
+            key = {"tenant": tenant, "run_id": run_id}
+            if first and ENTRY_COUNT.execute(conn, key).first() is not None:
                 raise ConflictError(
                     f"run {run_id!r} was stored by another worker after this one found "
                     "it absent; it was not started a second time"
                 )
-            append_step(conn, run_id, status, head_json, documents, session_id)
+            append_step(conn, tenant, run_id, status, head_json, documents, session_id)
 
         def settle(conn: Connection) -> None:
-            sql_leases.fence(conn, lease)
-            settle_step(conn, run_id, status, head_json, documents, session_id)
+            sql_leases.fence(conn, tenant, lease)
+            settle_step(conn, tenant, run_id, status, head_json, documents, session_id)
 
-        await self.database.write(work, resolve=settle)
+        await self.database.write(work, resolve=settle, tenant=tenant)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         refuse_lovias_runner(self)  # lovia's Runner calls this (or delete) first
@@ -145,26 +165,27 @@ class SQLCheckpointer(SQLStore):
     async def load_documents(self, run_id: str) -> tuple[str, list[str]] | None:
         """``load`` as the stored head JSON and entry documents, or None."""
         check_id(run_id, "run_id")
+        key = {"tenant": self.tenant, "run_id": run_id}
 
         def work(conn: Connection) -> tuple[str, list[str]] | None:
-            head = (conn.execute(select(h.head_json).where(h.run_id == run_id))).scalar()
+            head = conn.execute(_HEAD, key).scalar()
             if head is None:
                 return None
-            rows = conn.execute(select(e.entry_json).where(e.run_id == run_id).order_by(e.position))
-            return head, list(rows.scalars())
+            return head, list(conn.execute(_ENTRIES, key).scalars())
 
-        return await self.database.read(work)
+        return await self.database.read(work, tenant=self.tenant)
 
     async def delete(self, run_id: str, *, lease: RunLease | None = None) -> None:
         refuse_lovias_runner(self)
         check_id(run_id, "run_id")
         lease = lease_for(lease, run_id)
+        tenant = self.tenant
 
         def work(conn: Connection) -> None:
-            sql_leases.fence(conn, lease)
-            delete_runs(conn, [run_id])
+            sql_leases.fence(conn, tenant, lease)
+            delete_runs(conn, tenant, [run_id])
 
-        await self.database.write(work, resolve=work)
+        await self.database.write(work, resolve=work, tenant=tenant)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
@@ -172,7 +193,9 @@ class SQLCheckpointer(SQLStore):
         """Runs by latest update first, optionally only those with ``status``
         (``"running"`` also finds runs whose worker died)."""
         check_listing(status, limit, offset)
-        query = select(h.run_id, h.head_json, h.entry_count, h.updated_at)
+        query = select(h.run_id, h.head_json, h.entry_count, h.updated_at).where(
+            h.tenant == bindparam("tenant", self.tenant)
+        )
         if status is not None:
             query = query.where(h.status == status)
         # As BIGINT: PostgreSQL binds a plain limit as INTEGER, refusing 2**31 and up.
@@ -192,7 +215,7 @@ class SQLCheckpointer(SQLStore):
                 row.entry_count,
                 row.updated_at,
             )
-            for row in await self.database.read(work)
+            for row in await self.database.read(work, tenant=self.tenant)
         ]
 
     # -- leases (see RunLeases) ----------------------------------------------------------
@@ -203,47 +226,48 @@ class SQLCheckpointer(SQLStore):
         seconds = check_ttl(ttl)
 
         lease_id = uuid4().hex
+        tenant = self.tenant
 
         def work(conn: Connection) -> RunLease:
-            return sql_leases.acquire(conn, run_id, seconds, lease_id)
+            return sql_leases.acquire(conn, tenant, run_id, seconds, lease_id)
 
         def settle(conn: Connection) -> RunLease:
-            return sql_leases.acquired(conn, run_id, seconds, lease_id) or work(conn)
+            return sql_leases.acquired(conn, tenant, run_id, seconds, lease_id) or work(conn)
 
-        return await self.database.write(work, resolve=settle)
+        return await self.database.write(work, resolve=settle, tenant=tenant)
 
     async def renew_lease(self, lease: RunLease) -> RunLease:
         """Push the lease's expiry out by its ttl; ``RunOwnershipLost`` if it was taken over."""
         check_lease(lease)
+        tenant = self.tenant
 
         def work(conn: Connection) -> RunLease:
-            return sql_leases.guard(conn, lease)
+            return sql_leases.guard(conn, tenant, lease)
 
-        return await self.database.write(work, resolve=work)
+        return await self.database.write(work, resolve=work, tenant=tenant)
 
     async def release_lease(self, lease: RunLease) -> None:
         """Let the next worker in now; a lease that was already lost is left alone."""
         check_lease(lease)
+        tenant = self.tenant
 
         def work(conn: Connection) -> None:
-            sql_leases.release(conn, lease)
+            sql_leases.release(conn, tenant, lease)
 
-        await self.database.write(work, resolve=work)
+        await self.database.write(work, resolve=work, tenant=tenant)
 
     # -- tool effects (see EffectLog) ------------------------------------------------------
 
     async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
         """What is recorded of this run's tool calls, by call id."""
         check_id(run_id, "run_id")
-        query = select(fx.call_id, fx.tool_name, fx.started_at, fx.result_json).where(
-            fx.run_id == run_id
-        )
+        key = {"tenant": self.tenant, "run_id": run_id}
 
         def work(conn: Connection) -> list[Any]:
-            return list((conn.execute(query)).all())
+            return list((conn.execute(_EFFECTS, key)).all())
 
         effects = {}
-        for row in await self.database.read(work):
+        for row in await self.database.read(work, tenant=self.tenant):
             outcome = None
             if row.result_json is not None:
                 where: Where = (
@@ -266,12 +290,13 @@ class SQLCheckpointer(SQLStore):
         """Commit "this call is starting" before the tool runs (a repeat keeps the first)."""
         check_effect_ids(run_id, call_id, tool_name)
         lease = lease_for(lease, run_id)
+        tenant = self.tenant
 
         def work(conn: Connection) -> None:
-            sql_leases.fence(conn, lease)
-            insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+            sql_leases.fence(conn, tenant, lease)
+            insert_ignore(conn, tool_effects, _effect_row(tenant, run_id, call_id, tool_name))
 
-        await self.database.write(work, resolve=work)
+        await self.database.write(work, resolve=work, tenant=tenant)
 
     async def run_effect(
         self,
@@ -290,20 +315,21 @@ class SQLCheckpointer(SQLStore):
         """
         check_effect_ids(run_id, call_id, tool_name)
         lease = lease_for(lease, run_id)
+        tenant = self.tenant
 
         def transaction(conn: Connection) -> Any:
-            sql_leases.fence(conn, lease)
+            sql_leases.fence(conn, tenant, lease)
             value = _as_host(conn, work)
             document = _outcome_document(outcome(value))
-            insert_ignore(conn, tool_effects, _effect_row(run_id, call_id, tool_name))
+            insert_ignore(conn, tool_effects, _effect_row(tenant, run_id, call_id, tool_name))
             conn.execute(
                 tool_effects.update()
-                .where(fx.run_id == run_id, fx.call_id == call_id)
+                .where(fx.tenant == tenant, fx.run_id == run_id, fx.call_id == call_id)
                 .values(result_json=document)
             )
             return value
 
-        return await self.database.write(transaction)
+        return await self.database.write(transaction, tenant=tenant)
 
 
 def _outcome_document(entry: Any) -> str:
@@ -328,19 +354,22 @@ def _as_host(conn: Connection, work: Callable[[Connection], Any]) -> Any:
         conn.execution_options(schema_translate_map=translate)
 
 
-_EFFECT_COLUMNS = ("run_id", "call_id", "tool_name", "started_at", "result_json")
+_EFFECT_COLUMNS = ("tenant", "run_id", "call_id", "tool_name", "started_at", "result_json")
 prepare_insert_ignore(tool_effects, _EFFECT_COLUMNS)
 
 
-def _effect_row(run_id: str, call_id: str, tool_name: str) -> dict[str, Any]:
-    return dict(zip(_EFFECT_COLUMNS, (run_id, call_id, tool_name, utcnow(), None), strict=True))
+def _effect_row(tenant: str, run_id: str, call_id: str, tool_name: str) -> dict[str, Any]:
+    values = (tenant, run_id, call_id, tool_name, utcnow(), None)
+    return dict(zip(_EFFECT_COLUMNS, values, strict=True))
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
     """``SQLCheckpointer`` on a SQLite file; ``wal=True`` when several processes share it."""
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
-        SQLStore.__init__(self, path, wal=wal)
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = False, tenant: str | None = None
+    ) -> None:
+        SQLStore.__init__(self, path, wal=wal, tenant=tenant)
 
 
 def _head_of(run_id: str) -> Where:

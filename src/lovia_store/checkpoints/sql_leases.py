@@ -5,6 +5,10 @@ one guarded UPDATE in the write's own transaction: it takes the lease row's
 lock and renews the lease, so a takeover either happened before (the UPDATE
 matches nothing and the write is refused) or waits until the write commits
 and then finds a freshly renewed lease.
+
+A lease is keyed by its tenant and run id, like the run: every statement here
+names the tenant, so a lease of one tenant never fences (nor is fenced by) the
+run of the same id in another.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ le = run_leases.c
 _NOW = select(db_clock_ms())
 _CURRENT = (
     select(le.token, le.lease_id, le.holder, le.expires_ms)
-    .where(le.run_id == bindparam("run_id"))
+    .where(le.tenant == bindparam("tenant"), le.run_id == bindparam("run_id"))
     .with_for_update()
 )
 # UPDATE reserves bind names equal to column names: these are prefixed.
 _HELD = and_(
+    le.tenant == bindparam("held_tenant"),
     le.run_id == bindparam("held_run"),
     le.token == bindparam("held_token"),
     le.lease_id == bindparam("held_id"),
@@ -46,31 +51,39 @@ _RENEW = (
 _RENEW_NO_RETURNING = (
     update(run_leases).where(_HELD).values(expires_ms=db_clock_ms() + bindparam("ttl_ms"))
 )
-_EXPIRES = select(le.expires_ms).where(le.run_id == bindparam("run_id"))
+_EXPIRES = select(le.expires_ms).where(
+    le.tenant == bindparam("tenant"), le.run_id == bindparam("run_id")
+)
 _RELEASE = update(run_leases).where(_HELD).values(expires_ms=0)
-_FORGET = delete(run_leases).where(_HELD, ~exists().where(run_heads.c.run_id == le.run_id))
+_FORGET = delete(run_leases).where(
+    _HELD,
+    ~exists().where(run_heads.c.tenant == le.tenant, run_heads.c.run_id == le.run_id),
+)
 
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-_LEASE_COLUMNS = ("run_id", "token", "lease_id", "holder", "expires_ms")
+_LEASE_COLUMNS = ("tenant", "run_id", "token", "lease_id", "holder", "expires_ms")
 prepare_insert_ignore(run_leases, _LEASE_COLUMNS)
 
 
-def acquire(conn: Connection, run_id: str, ttl: float, lease_id: str | None = None) -> RunLease:
+def acquire(
+    conn: Connection, tenant: str, run_id: str, ttl: float, lease_id: str | None = None
+) -> RunLease:
     """Take the run's lease, unless a live holder (on any host) has it."""
     now = int(conn.execute(_NOW).scalar_one())
     holder, lease_id, expires = this_holder(), lease_id or uuid4().hex, now + _ms(ttl)
     values: dict[str, Any] = dict(
-        zip(_LEASE_COLUMNS, (run_id, 1, lease_id, holder, expires), strict=True)
+        zip(_LEASE_COLUMNS, (tenant, run_id, 1, lease_id, holder, expires), strict=True)
     )
-    current = conn.execute(_CURRENT, {"run_id": run_id}).first()
+    key = {"tenant": tenant, "run_id": run_id}
+    current = conn.execute(_CURRENT, key).first()
     if current is None and insert_ignore(conn, run_leases, values):
         return _lease(values, ttl)
     if current is None:  # a racer inserted it first; its row is committed and locked now
-        current = conn.execute(_CURRENT, {"run_id": run_id}).one()
+        current = conn.execute(_CURRENT, key).one()
         if current.lease_id == lease_id:  # the racer was this acquire, its COMMIT lost
             return _lease({"run_id": run_id, **current._asdict()}, ttl)
     gone = holder_is_gone(current.holder)
@@ -81,14 +94,17 @@ def acquire(conn: Connection, run_id: str, ttl: float, lease_id: str | None = No
     if current.expires_ms:  # a lease still held (release sets 0): this is a takeover
         _log_takeover(run_id, current.holder, current.token + 1, gone, now - current.expires_ms)
     values["token"] = current.token + 1
-    conn.execute(update(run_leases).where(le.run_id == run_id).values(values))
+    taken = update(run_leases).where(le.tenant == tenant, le.run_id == run_id)
+    conn.execute(taken.values(values))
     return _lease(values, ttl)
 
 
-def acquired(conn: Connection, run_id: str, ttl: float, lease_id: str) -> RunLease | None:
+def acquired(
+    conn: Connection, tenant: str, run_id: str, ttl: float, lease_id: str
+) -> RunLease | None:
     """The lease ``acquire(..., lease_id)`` took, if its transaction committed (the row is
     locked first: an acquire whose COMMIT is still under way is waited for)."""
-    current = conn.execute(_CURRENT, {"run_id": run_id}).first()
+    current = conn.execute(_CURRENT, {"tenant": tenant, "run_id": run_id}).first()
     if current is None or current.lease_id != lease_id:
         return None
     return _lease({"run_id": run_id, **current._asdict()}, ttl)
@@ -113,13 +129,16 @@ def _log_takeover(run_id: str, holder: str, token: int, gone: bool, overdue_ms: 
         )
 
 
-def guard(conn: Connection, lease: RunLease) -> RunLease:
-    """Renew ``lease`` inside the caller's transaction, or refuse the whole write."""
-    params = _params(lease) | {"ttl_ms": _ms(lease.ttl)}
+def guard(conn: Connection, tenant: str, lease: RunLease) -> RunLease:
+    """Renew ``lease`` inside the caller's transaction, or refuse the whole write.
+
+    ``tenant`` is the store's: a lease names no tenant, so one handed to another
+    tenant's store matches nothing there and is refused."""
+    params = _params(tenant, lease) | {"ttl_ms": _ms(lease.ttl)}
     if capabilities(conn).returning:
         expires = conn.execute(_RENEW, params).scalar()
     elif conn.execute(_RENEW_NO_RETURNING, params).rowcount == 1:
-        expires = conn.execute(_EXPIRES, {"run_id": lease.run_id}).scalar()
+        expires = conn.execute(_EXPIRES, {"tenant": tenant, "run_id": lease.run_id}).scalar()
     else:
         expires = None
     if expires is None:
@@ -127,29 +146,39 @@ def guard(conn: Connection, lease: RunLease) -> RunLease:
     return lease.model_copy(update={"expires_at": from_epoch_ms(int(expires))})
 
 
-def fence(conn: Connection, lease: RunLease | None) -> None:
+def fence(conn: Connection, tenant: str, lease: RunLease | None) -> None:
     """What a write under ``lease`` does first; a write without one is not fenced."""
     if lease is not None:
-        guard(conn, lease)
+        guard(conn, tenant, lease)
 
 
-def release(conn: Connection, lease: RunLease) -> None:
+def release(conn: Connection, tenant: str, lease: RunLease) -> None:
     """Expire the lease now.
 
     The row and its token stay while the run is stored, so tokens never
     repeat for it; a run whose checkpoint is gone leaves no lease behind.
     """
-    if not conn.execute(_FORGET, _params(lease)).rowcount:
-        conn.execute(_RELEASE, _params(lease))
+    params = _params(tenant, lease)
+    if not conn.execute(_FORGET, params).rowcount:
+        conn.execute(_RELEASE, params)
 
 
-def drop_idle(conn: Connection, run_ids: list[str]) -> None:
+def drop_idle(conn: Connection, tenant: str, run_ids: list[str]) -> None:
     """Forget these runs' leases unless one is live: a deleted run needs no history."""
-    conn.execute(delete(run_leases).where(le.run_id.in_(run_ids), le.expires_ms <= db_clock_ms()))
+    conn.execute(
+        delete(run_leases).where(
+            le.tenant == tenant, le.run_id.in_(run_ids), le.expires_ms <= db_clock_ms()
+        )
+    )
 
 
-def _params(lease: RunLease) -> dict[str, Any]:
-    return {"held_run": lease.run_id, "held_token": lease.token, "held_id": lease.lease_id}
+def _params(tenant: str, lease: RunLease) -> dict[str, Any]:
+    return {
+        "held_tenant": tenant,
+        "held_run": lease.run_id,
+        "held_token": lease.token,
+        "held_id": lease.lease_id,
+    }
 
 
 def _lease(values: dict[str, Any], ttl: float) -> RunLease:

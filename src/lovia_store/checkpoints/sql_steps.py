@@ -4,6 +4,9 @@ The position counter lives on the head row (``entry_count``), so an append is
 two statements whatever the run's length, and nothing earlier is read or
 rewritten. On PostgreSQL the two are one statement (data-modifying CTEs); the
 portable path stands beside it, and ``capabilities`` picks between them.
+
+A run is keyed by its tenant and its id: every statement here names both (the
+``tenant`` bind parameter), so the same run id in two tenants is two runs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def _upsert(dialect: str, links_session: bool) -> Executable:
     now = bindparam("now", type_=UTCDateTime())
     session = bindparam("session_id", type_=String())
     values = {
+        "tenant": bindparam("tenant"),
         "run_id": bindparam("run_id"),
         "status": bindparam("status"),
         "head_json": bindparam("head_json"),
@@ -81,8 +85,9 @@ def _append_in_one_statement(links_session: bool) -> Executable:
     )
     count = bindparam("count", type_=BigInteger())
     rows = run_entries.insert().from_select(
-        ["run_id", "position", "entry_json"],
+        ["tenant", "run_id", "position", "entry_json"],
         select(
+            bindparam("tenant", type_=String()),
             bindparam("run_id", type_=String()),
             head.c.entry_count - count + documents.c.ordinality,
             documents.c.entry_json,
@@ -95,14 +100,16 @@ _APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", lambda: _append_in_one
 _APPEND_LINKING_IN_ONE_STATEMENT = Prepared.only_on(
     "postgresql", lambda: _append_in_one_statement(True)
 )
-ENTRY_COUNT = Prepared(select(h.entry_count).where(h.run_id == bindparam("run_id")))
-_INSERT_ENTRIES = Prepared(
-    run_entries.insert().values({c: bindparam(c) for c in ("run_id", "position", "entry_json")})
+ENTRY_COUNT = Prepared(
+    select(h.entry_count).where(h.tenant == bindparam("tenant"), h.run_id == bindparam("run_id"))
 )
+_ENTRY_COLUMNS = ("tenant", "run_id", "position", "entry_json")
+_INSERT_ENTRIES = Prepared(run_entries.insert().values({c: bindparam(c) for c in _ENTRY_COLUMNS}))
 
 
 def append_step(
     conn: Connection,
+    tenant: str,
     run_id: str,
     status: str,
     head_json: str,
@@ -111,6 +118,7 @@ def append_step(
 ) -> None:
     """Replace the head and add the entries at the positions its upsert reserved."""
     params = {
+        "tenant": tenant,
         "run_id": run_id,
         "status": status,
         "head_json": head_json,
@@ -125,40 +133,53 @@ def append_step(
         return
     result = _prepared_upsert(conn.dialect.name, links_session).execute(conn, params)
     if not capabilities(conn).returning:  # read the locked row back
-        result = ENTRY_COUNT.execute(conn, {"run_id": run_id})
+        result = ENTRY_COUNT.execute(conn, {"tenant": tenant, "run_id": run_id})
     last = int(result.scalar_one())
     if documents:
         first = last - len(documents) + 1
         rows = [
             {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
         ]
-        _INSERT_ENTRIES.execute(conn, {"run_id": run_id}, rows)
+        _INSERT_ENTRIES.execute(conn, {"tenant": tenant, "run_id": run_id}, rows)
 
 
 _LOCKED_HEAD = (
-    select(h.head_json, h.entry_count).where(h.run_id == bindparam("run_id")).with_for_update()
+    select(h.head_json, h.entry_count)
+    .where(h.tenant == bindparam("tenant"), h.run_id == bindparam("run_id"))
+    .with_for_update()
 )
 _TAIL = (
     select(run_entries.c.entry_json)
-    .where(run_entries.c.run_id == bindparam("run_id"), run_entries.c.position > bindparam("after"))
+    .where(
+        run_entries.c.tenant == bindparam("tenant"),
+        run_entries.c.run_id == bindparam("run_id"),
+        run_entries.c.position > bindparam("after"),
+    )
     .order_by(run_entries.c.position)
 )
-_EMPTY_HEAD = ("run_id", "status", "head_json", "entry_count", "created_at", "updated_at")
+_EMPTY_HEAD = (
+    *("tenant", "run_id", "status", "head_json"),
+    *("entry_count", "created_at", "updated_at"),
+)
 prepare_insert_ignore(run_heads, _EMPTY_HEAD)
 
 
-def _landed(conn: Connection, run_id: str, head_json: str, documents: Sequence[str]) -> bool:
+def _landed(
+    conn: Connection, tenant: str, run_id: str, head_json: str, documents: Sequence[str]
+) -> bool:
     """Whether the run ends with this step: its head, then its entries, last."""
-    head = conn.execute(_LOCKED_HEAD, {"run_id": run_id}).first()
+    key = {"tenant": tenant, "run_id": run_id}
+    head = conn.execute(_LOCKED_HEAD, key).first()
     if head is None or head.head_json != head_json:
         return False
     after = head.entry_count - len(documents)
-    tail = conn.execute(_TAIL, {"run_id": run_id, "after": after}).scalars().all()
+    tail = conn.execute(_TAIL, key | {"after": after}).scalars().all()
     return after >= 0 and list(tail) == list(documents)
 
 
 def settle_step(
     conn: Connection,
+    tenant: str,
     run_id: str,
     status: str,
     head_json: str,
@@ -172,10 +193,13 @@ def settle_step(
     run with no head yet gets an empty one first for the same reason. A step is
     known by its head (which records ``updated_at``) and its entries.
     """
-    if _landed(conn, run_id, head_json, documents):
+    if _landed(conn, tenant, run_id, head_json, documents):
         return
     now = utcnow()
-    empty = dict(zip(_EMPTY_HEAD, (run_id, status, head_json, 0, now, now), strict=True))
-    if not insert_ignore(conn, run_heads, empty) and _landed(conn, run_id, head_json, documents):
+    values = (tenant, run_id, status, head_json, 0, now, now)
+    empty = dict(zip(_EMPTY_HEAD, values, strict=True))
+    if not insert_ignore(conn, run_heads, empty) and _landed(
+        conn, tenant, run_id, head_json, documents
+    ):
         return
-    append_step(conn, run_id, status, head_json, documents, session_id)
+    append_step(conn, tenant, run_id, status, head_json, documents, session_id)
