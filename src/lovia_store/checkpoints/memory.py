@@ -16,7 +16,7 @@ from uuid import uuid4
 from .._lovia_guard import refuse_lovias_runner
 from ..entries import ToolResultEntry, TranscriptEntry, check_entries
 from ..errors import RunInProgressError, RunOwnershipLost, UserError
-from ..validation import check_effect_ids, check_id
+from ..validation import DEFAULT_TENANT, check_effect_ids, check_id, check_tenant
 from .contract import (
     RunHead,
     RunSnapshot,
@@ -51,10 +51,15 @@ class RunState(NamedTuple):
 
 
 class InMemoryCheckpointer:
+    """The checkpoint contract in memory. ``tenant`` is kept as the SQL stores keep it
+    (checked alike, default ``""``); each instance holds its own runs, so two never
+    share one."""
+
     links_sessions = True
     """``append`` takes ``session_id=``, as the SQL checkpointer's does."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tenant: str | None = None) -> None:
+        self.tenant: str = DEFAULT_TENANT if tenant is None else check_tenant(tenant)
         self._runs: dict[str, tuple[list[TranscriptEntry], str, datetime]] = {}
         self._sessions: dict[str, str] = {}
         """Each run's session, when its writer named it (``SQLCheckpointer``'s column)."""
