@@ -21,6 +21,11 @@ holds it); a run started afresh takes it at its first write; every write is
 fenced by it (``RunOwnershipLost`` once another worker took the run over); it
 is renewed in the background while the run is quiet and released when the run
 leaves ``running`` or is deleted.
+
+Every adapter takes ``tenant=`` and hands it to the native store it wraps: the
+sessions and runs of one tenant are invisible to every other (the same ids in
+two tenants are two sessions, two runs). None is the Database's tenant, so
+lovia's own code, which names none, keeps today's behaviour.
 """
 
 from __future__ import annotations
@@ -183,6 +188,11 @@ class _Adapter(Generic[Native]):
         """The ``lovia_store.Database`` underneath (share it with other stores)."""
         return self._native.database
 
+    @property
+    def tenant(self) -> str:
+        """The tenant every call works for (the native store's)."""
+        return self._native.tenant
+
     async def close(self) -> None:
         await self._native.close()
 
@@ -193,6 +203,8 @@ class _Adapter(Generic[Native]):
         await self.close()
 
     def __repr__(self) -> str:
+        if self.tenant:
+            return f"{type(self).__name__}({self.database.url!r}, tenant={self.tenant!r})"
         return f"{type(self).__name__}({self.database.url!r})"
 
 
@@ -201,10 +213,11 @@ class SQLSession(_Adapter[sql_sessions.SQLSession]):
 
     ``target`` is what ``lovia_store.SQLSession`` takes: a URL, a SQLite path,
     an ``AsyncEngine`` you own, or a ``Database`` several stores share.
+    ``tenant``: the tenant its sessions belong to (None: the Database's).
     """
 
-    def __init__(self, target: StoreTarget) -> None:
-        self._native = sql_sessions.SQLSession(target)
+    def __init__(self, target: StoreTarget, *, tenant: str | None = None) -> None:
+        self._native = sql_sessions.SQLSession(target, tenant=tenant)
 
     async def segments(self, session_id: str) -> list[Segment]:
         where = session_rows(session_id)
@@ -266,8 +279,10 @@ class SQLSession(_Adapter[sql_sessions.SQLSession]):
 class SQLiteSession(SQLSession):
     """lovia's ``SQLiteSession(path, *, wal=False)``, on lovia-store's schema."""
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = False) -> None:
-        self._native = sql_sessions.SQLiteSession(path, wal=wal)
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = False, tenant: str | None = None
+    ) -> None:
+        self._native = sql_sessions.SQLiteSession(path, wal=wal, tenant=tenant)
 
 
 class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
@@ -275,10 +290,17 @@ class SQLCheckpointer(_Adapter[sql_checkpoints.SQLCheckpointer]):
 
     ``lease_ttl`` (seconds, default 30) is how long a lease outlives its last
     write or renewal; ``None`` turns leases off (lovia's own behaviour).
+    ``tenant``: the tenant its runs belong to (None: the Database's).
     """
 
-    def __init__(self, target: StoreTarget, *, lease_ttl: float | None = DEFAULT_LEASE_TTL) -> None:
-        self._native = sql_checkpoints.SQLCheckpointer(target)
+    def __init__(
+        self,
+        target: StoreTarget,
+        *,
+        lease_ttl: float | None = DEFAULT_LEASE_TTL,
+        tenant: str | None = None,
+    ) -> None:
+        self._native = sql_checkpoints.SQLCheckpointer(target, tenant=tenant)
         self._setup(lease_ttl)
 
     def _setup(self, lease_ttl: float | None) -> None:
@@ -396,6 +418,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
         *,
         wal: bool = False,
         lease_ttl: float | None = DEFAULT_LEASE_TTL,
+        tenant: str | None = None,
     ) -> None:
-        self._native = sql_checkpoints.SQLiteCheckpointer(path, wal=wal)
+        self._native = sql_checkpoints.SQLiteCheckpointer(path, wal=wal, tenant=tenant)
         self._setup(lease_ttl)
