@@ -93,6 +93,7 @@ class Runner:
         caller who decides to give one up (see ``resume.abandon``). Returns the
         entries recorded, or None when no such run is stored.
         """
+        _check_tenants(session, checkpointer)
         with own_calls():
             return await abandon(checkpointer, run_id, session=session, session_id=session_id)
 
@@ -103,6 +104,22 @@ def _input_entries(value: str | Sequence[TranscriptEntry]) -> list[TranscriptEnt
     if isinstance(value, Sequence):
         return check_entries(value)
     raise UserError(f"input must be a string or a list of entries, not {type(value).__name__}")
+
+
+def _check_tenants(session: object, checkpointer: object) -> None:
+    """A run links its checkpoint to its session (by id, in the checkpointer's tenant):
+    stores of two tenants would link it to a session of the wrong one."""
+    ours, theirs = getattr(session, "tenant", None), getattr(checkpointer, "tenant", None)
+    if isinstance(ours, str) and isinstance(theirs, str) and ours != theirs:
+        raise UserError(
+            f"the session works for tenant {ours!r} and the checkpointer for {theirs!r}: "
+            "a run's stores must share its tenant"
+        )
+
+
+def _tenant_of(store: object) -> str:
+    tenant = getattr(store, "tenant", "")
+    return tenant if isinstance(tenant, str) else ""
 
 
 class _Run:
@@ -129,6 +146,7 @@ class _Run:
             raise UserError("checkpoint must be a CheckpointOptions")
         if options is not None and options.delete_on_success and session is None:
             raise UserError("delete_on_success needs a session: the session is the run's record")
+        _check_tenants(session, options.checkpointer if options else None)
         self.entry_agent = agent
         self.active = agent
         self.session = session
@@ -147,6 +165,7 @@ class _Run:
         # Our checkpointers keep the run's session on its head (retention spares it).
         links = getattr(self.checkpointer, "links_sessions", False)
         self.link = {"session_id": session_id} if links and session_id is not None else {}
+        self.tenant = _tenant_of(self.checkpointer) or _tenant_of(session)
 
     # -- the lifecycle ----------------------------------------------------------------------
 
@@ -307,7 +326,9 @@ class _Run:
                     **self.held.fence,
                 )
 
-        context = ToolContext(self.run_id, call.call_id, self.head.turns, self.deps, effect)
+        context = ToolContext(
+            self.run_id, call.call_id, self.head.turns, self.deps, effect, tenant=self.tenant
+        )
         return await tool.invoke(call.arguments, context)
 
     # -- persistence ------------------------------------------------------------------------

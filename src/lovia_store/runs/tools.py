@@ -39,6 +39,7 @@ class ToolContext:
     ``run_id`` + ``call_id`` identify the call stably across resumes, which
     makes them the natural idempotency key for side effects; ``turn`` is the
     model turn that asked for it (the same when a resume re-executes it).
+    ``tenant`` is the tenant of the run's stores (``""``: the default one).
     """
 
     run_id: str
@@ -48,10 +49,16 @@ class ToolContext:
     _effect: Callable[[Callable[[Any], Any]], Awaitable[Any]] | None = field(
         default=None, repr=False, compare=False
     )
+    tenant: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across resumes: hand it to an outside service that deduplicates."""
+        """Stable across resumes: hand it to an outside service that deduplicates.
+
+        A named tenant leads it: two tenants' runs may share run and call ids, and an
+        outside service must never take one tenant's call for a repeat of another's."""
+        if self.tenant:
+            return f"{self.tenant}:{self.run_id}:{self.call_id}"
         return f"{self.run_id}:{self.call_id}"
 
     async def transaction(self, work: Callable[[Any], T]) -> T:
