@@ -169,11 +169,11 @@ class Builder:
 
 
 def _effect_columns() -> tuple[str, ...]:
-    return tuple(checkpoints_sql._effect_row("run", "call", "tool"))
+    return tuple(checkpoints_sql._effect_row("tenant", "run", "call", "tool"))
 
 
 # The insert-if-absent statements, with the columns each caller passes (in its order).
-_LEASE_COLUMNS = ("run_id", "token", "lease_id", "holder", "expires_ms")
+_LEASE_COLUMNS = ("tenant", "run_id", "token", "lease_id", "holder", "expires_ms")
 _INSERT_IGNORED = {
     session_runs: log._RUN_COLUMNS,  # log.store_run's run row
     tool_effects: _effect_columns(),  # checkpoints.sql._effect_row
