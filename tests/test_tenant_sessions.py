@@ -25,7 +25,9 @@ from lovia_store import (
     Database,
     ForkOrigin,
     InMemorySession,
+    RunHead,
     Segment,
+    SQLCheckpointer,
     SQLiteSession,
     SQLSession,
     UserError,
@@ -44,6 +46,7 @@ class Tenants:
     """One Database and a session store of each tenant on it."""
 
     database: Database
+    target: str
     a: SQLSession
     b: SQLSession
     default: SQLSession
@@ -73,6 +76,7 @@ async def tenants(sql_backend: Backend) -> AsyncIterator[Tenants]:
     async with Database(sql_backend.target, wal=sql_backend.kind == "sqlite_wal") as database:
         yield Tenants(
             database,
+            sql_backend.target,
             SQLSession(database, tenant="a"),
             SQLSession(database, tenant="b"),
             SQLSession(database),
@@ -341,6 +345,32 @@ async def test_rewind_refuses_a_checkpointer_of_another_tenant(tenants: Tenants)
     memory = InMemorySession(tenant="a")
     with pytest.raises(UserError, match="tenant"):
         await memory.rewind("s", keep_entries=0, checkpointer=other)  # type: ignore[arg-type]
+
+
+async def test_rewind_deletes_only_its_own_tenant_s_checkpoints(tenants: Tenants) -> None:
+    """With a checkpointer of its tenant on the same Database (the deletes join the rewind's
+    transaction) or on another one (through ``delete``): the same run ids' checkpoints of
+    the other tenant stay."""
+    database = tenants.database
+    checkpointers = {t: SQLCheckpointer(database, tenant=t) for t in ("a", "b")}
+    for tenant, cp in checkpointers.items():
+        for run_id, run in runs_of(tenant):
+            await cp.append(run_id, run, RunHead(agent_name="agent", status="completed"))
+    await fill(tenants.a, "a")
+    await fill(tenants.b, "b")
+
+    async def remaining(cp: SQLCheckpointer) -> list[str]:
+        return [r for r in ("r1", "r2", "r3") if await cp.load(r) is not None]
+
+    # Inside r2: r2 truncated, r3 deleted, and their checkpoints with them.
+    assert await tenants.a.rewind("s", keep_entries=6, checkpointer=checkpointers["a"]) == 7
+    assert await remaining(checkpointers["a"]) == ["r1"]
+    assert await remaining(checkpointers["b"]) == ["r1", "r2", "r3"]
+    # A checkpointer of b on another Database object: deleted through its own tenant.
+    async with SQLCheckpointer(tenants.target, tenant="b") as elsewhere:
+        assert await tenants.b.rewind("s", keep_entries=0, checkpointer=elsewhere) == 12
+    assert await remaining(checkpointers["b"]) == []
+    assert await remaining(checkpointers["a"]) == ["r1"]
 
 
 # -- the default tenant, and where a store's tenant comes from ------------------------------------

@@ -251,7 +251,7 @@ class SQLSession(SQLStore):
                 # stores (a checkpointer on this database has loaded this module already).
                 from ..checkpoints.sql import delete_runs
 
-                delete_runs(conn, touched)
+                delete_runs(conn, tenant, touched)
             return removed, touched
 
         removed, touched = await self.database.write(work, tenant=tenant)
