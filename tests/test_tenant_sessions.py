@@ -281,7 +281,11 @@ async def test_rewind_inside_a_multi_entry_row_changes_only_its_own_tenant(
 ) -> None:
     """The rows a zett-agent message leaves (several entries in one row) are cut by tenant."""
     for tenant in ("a", "b"):
-        entries = [say(f"{tenant} thinks"), call(f"c-{tenant}"), say(f"{tenant} done")]
+        entries: list[TranscriptEntry] = [
+            say(f"{tenant} thinks"),
+            call(f"c-{tenant}"),
+            say(f"{tenant} done"),
+        ]
         await add_message_row(tenants.database, tenant, "z", [user(f"q {tenant}")])
         await add_message_row(tenants.database, tenant, "z", entries)
     before = await tenants.rows("b")
