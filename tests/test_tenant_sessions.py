@@ -11,6 +11,7 @@ psycopg, MariaDB); the in-memory store's tenant is checked and kept.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from lovia_store.db.tables import messages, session_runs, sessions, snapshots
 from lovia_store.db.types import utcnow
 from lovia_store.entries import MULTIPLE_ENTRIES, TranscriptEntry, entries_document
 from lovia_store.sessions.log import append_message
+from lovia_store.testing import SESSION_CASES, run_cases
 
 TABLES = (sessions, messages, session_runs, snapshots)
 Rows = dict[str, list[tuple[Any, ...]]]
@@ -375,6 +377,27 @@ async def test_rewind_deletes_only_its_own_tenant_s_checkpoints(tenants: Tenants
         assert await tenants.b.rewind("s", keep_entries=0, checkpointer=elsewhere) == 12
     assert await remaining(checkpointers["b"]) == []
     assert await remaining(checkpointers["a"]) == ["r1"]
+
+
+async def test_the_whole_session_contract_holds_in_tenants_beside_the_same_ids(
+    tenants: Tenants,
+) -> None:
+    """Every shipped session case, each on a store of a tenant of its own on the shared
+    Database, while the default tenant and tenant ``a`` hold sessions and runs under the
+    ids the cases use: any leak across tenants would show as a case failing."""
+    for store in (tenants.default, tenants.a):
+        for session_id in ("s", "a", "b", "anna", "Anna", "keep", "nobody", "f", "fork"):
+            await store.append(session_id, [user(f"noise {store.tenant}")], run_id="r1")
+            await store.append(session_id, a_run("noise"), run_id="r2", meta={"n": 1})
+    before = {tenant: await tenants.rows(tenant) for tenant in ("", "a")}
+    count = itertools.count()
+
+    def make() -> SQLSession:
+        return SQLSession(tenants.database, tenant=f"case-{next(count)}")
+
+    assert await run_cases(SESSION_CASES, make) == next(count)
+    for tenant, rows in before.items():
+        assert await tenants.rows(tenant) == rows
 
 
 # -- the default tenant, and where a store's tenant comes from ------------------------------------

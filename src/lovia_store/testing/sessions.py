@@ -1,6 +1,8 @@
 """The session contract, part one: append, load, segments, clear, and bad input refused.
 
 Store-agnostic: every case takes ``make``, a zero-argument callable opening a new store.
+A store of a tenant of its own is an empty store: ``make`` may open each one on a shared
+database under a new tenant (``SQLSession(db, tenant=...)``) instead of a new database.
 ``SESSION_CASES`` (in :mod:`lovia_store.testing.session_edits`) holds these and the trim
 and rewind cases.
 """
