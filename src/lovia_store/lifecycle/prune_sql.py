@@ -26,18 +26,10 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, exists, or_, select, true, union
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..checkpoints.sql import delete_runs
 from ..db.database import Database
 from ..db.dialect import db_clock_ms
-from ..db.tables import (
-    messages,
-    run_entries,
-    run_heads,
-    run_leases,
-    session_runs,
-    sessions,
-    snapshots,
-    tool_effects,
-)
+from ..db.tables import messages, run_heads, run_leases, session_runs, sessions, snapshots
 from ..errors import StoreBusyError, StoreUnavailableError
 from .retention import PruneOptions, PruneReport
 from .targets import Scope
@@ -83,21 +75,6 @@ def _blockers(options: PruneOptions, tenant: str) -> Any:
         ~exists().where(h.tenant == le.tenant, h.run_id == le.run_id),
     )
     return unlinked.union(headless)
-
-
-def delete_runs(conn: Connection, tenant: str, run_ids: Sequence[str]) -> None:
-    """Drop these runs of ``tenant``: their checkpoints and their leases unless one is
-    live, inside the caller's transaction (the checkpointer's ``delete_runs`` and
-    ``drop_idle``, for one tenant)."""
-    if not run_ids:
-        return
-    for table in (run_entries, tool_effects, run_heads):
-        conn.execute(delete(table).where(table.c.tenant == tenant, table.c.run_id.in_(run_ids)))
-    conn.execute(
-        delete(run_leases).where(
-            le.tenant == tenant, le.run_id.in_(run_ids), le.expires_ms <= db_clock_ms()
-        )
-    )
 
 
 def _after(columns: Sequence[Any], last: Sequence[Any] | None) -> ColumnElement[bool]:
