@@ -30,9 +30,12 @@ default_pool_size = 4
 logfile = $DIR/pgbouncer.log
 pidfile = $DIR/pgbouncer.pid
 INI
-  echo '"postgres" ""' > "$DIR/userlist.txt"
+  # trust still admits only the users listed here: lovia_rls_app is the role
+  # tests/test_tenant_rls.py holds to one tenant by row-level security (not an owner).
+  printf '"postgres" ""\n"lovia_rls_app" ""\n' > "$DIR/userlist.txt"
   chown -R postgres:postgres "$DIR"
   if [ -f "$DIR/pgbouncer.pid" ] && kill -0 "$(cat "$DIR/pgbouncer.pid")" 2>/dev/null; then
+    kill -HUP "$(cat "$DIR/pgbouncer.pid")"  # running already: reread the user list
     exit 0
   fi
   # pgbouncer refuses to run as root.

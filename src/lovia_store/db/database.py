@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, String, bindparam, text
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.sql import Executable
@@ -111,6 +111,14 @@ class Database:
 
     ``tenant`` is the tenant of every store built on this Database without one
     of its own (``""``, the default tenant, when not given): see docs/tenants.md.
+
+    ``row_level_security=True`` (PostgreSQL only) is for an application role held
+    to one tenant by the policies ``enable_row_level_security`` creates: every
+    transaction made for a tenant first sets ``lovia.tenant`` for itself alone
+    (``set_config(..., true)``, which a transaction pooler keeps), and the
+    statements that would run without a transaction run inside one. Work that
+    spans tenants sets nothing and, under the policies, sees nothing: it is the
+    tables' owner's (docs/tenants.md).
     """
 
     def __init__(
@@ -128,10 +136,15 @@ class Database:
         read_replicas: Sequence[AsyncEngine | str] = (),
         max_replica_lag: float = 5.0,
         tenant: str = DEFAULT_TENANT,
+        row_level_security: bool = False,
         **engine_options: Any,
     ) -> None:
         self.tenant = check_tenant(tenant)
         """The tenant of the stores built on this Database without their own."""
+        if not isinstance(row_level_security, bool):
+            raise UserError(f"row_level_security is True or False, not {row_level_security!r}")
+        self.row_level_security = row_level_security
+        """Whether each tenant's transaction sets ``lovia.tenant`` (docs/tenants.md)."""
         if synchronous not in ("full", "normal"):
             raise UserError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
@@ -159,6 +172,7 @@ class Database:
                     "configure your own engine yourself"
                 )
             _check_schema(schema, target.dialect.name)
+            _check_row_level_security(row_level_security, target.dialect.name)
             pooled = take_pooler(target.url, pooler)[1] is not None
             placed = in_schema(target, schema)
             self._executor = AsyncExecutor(
@@ -167,6 +181,7 @@ class Database:
         elif isinstance(target, str | os.PathLike):
             url, mode = take_pooler(to_url(target), pooler)
             _check_schema(schema, url.get_backend_name())
+            _check_row_level_security(row_level_security, url.get_backend_name())
             sqlite = {"wal": wal, "synchronous": synchronous, "busy_timeout": busy_timeout}
             try:
                 self._executor = self._open(
@@ -331,7 +346,7 @@ class Database:
         spans tenants."""
         await self.ensure_schema()
         if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
-            answered, result = await self._replicas.read(work)
+            answered, result = await self._replicas.read(self._scoped(work, tenant))
             if answered:
                 return result  # type: ignore[return-value]
         return await self._run(work, write=False, single_statement=False, tenant=tenant)
@@ -377,7 +392,7 @@ class Database:
         await self.ensure_schema()
         work = _one(statement, params, first_column)
         if self._replicas is not None and (stale or id(self) in _STALE_READS.get()):
-            answered, result = await self._replicas.read(work)
+            answered, result = await self._replicas.read(self._scoped(work, tenant))
             if answered:
                 return result  # type: ignore[return-value]
         return await self._run(work, write=False, single_statement=True, tenant=tenant)
@@ -434,6 +449,9 @@ class Database:
         certification failure) is run again, with jittered pauses, until
         ``busy_timeout`` has gone by in all. A write whose COMMIT was lost is
         settled by ``resolve`` (``_settle``) when the caller gave one.
+
+        Under ``row_level_security``, ``work`` (and ``resolve``) for a tenant first
+        set it, and always run in a transaction: the setting lives only as long as one.
         """
         if self._closed:
             raise UserError(f"{self.url}: this Database is closed")
@@ -449,6 +467,10 @@ class Database:
         if budget is not None and lock_wait is not None:
             budget = lock_wait
         attempts = 0
+        if self.row_level_security and tenant is not None:
+            work = self._scoped(work, tenant)
+            resolve = None if resolve is None else self._scoped(resolve, tenant)
+            single_statement = False
         while True:
             attempts += 1
             try:
@@ -483,6 +505,23 @@ class Database:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _scoped(self, work: Work[T], tenant: str | None) -> Work[T]:
+        """``work``, first setting ``lovia.tenant`` for its transaction alone under
+        ``row_level_security`` (one statement more, no more transactions).
+
+        The default tenant is refused: a setting that was never made reads back as
+        ``''`` once any transaction on the connection made one, so the policies
+        grant nothing for ``''`` (otherwise forgetting to set it would show the
+        default tenant's rows)."""
+        if not self.row_level_security or tenant is None:
+            return work
+        if tenant == DEFAULT_TENANT:
+            raise UserError(
+                f"{self.url}: row_level_security=True holds every store to a named tenant; "
+                "the default tenant ('') is the tables' owner's (docs/tenants.md)"
+            )
+        return functools.partial(_as_tenant, work, {"tenant": tenant})
 
     async def _settle(self, resolve: Work[T], unknown: OutcomeUnknownError) -> T:
         """Run ``resolve`` after a lost COMMIT until it answers, for up to ``busy_timeout``.
@@ -553,6 +592,15 @@ def _same(engine: AsyncEngine) -> AsyncEngine:
     return engine
 
 
+def _check_row_level_security(enabled: bool, backend: str) -> None:
+    """Refuse ``row_level_security=True`` where there are no such policies."""
+    if enabled and backend != "postgresql":
+        raise UserError(
+            f"row_level_security=True applies only to PostgreSQL, not to {backend} "
+            "(its tables have no row-level security)"
+        )
+
+
 def _check_schema(schema: str | None, backend: str) -> None:
     """Refuse ``schema=`` where it has no meaning, before anything is opened."""
     if schema is None:
@@ -597,3 +645,19 @@ def _one(
         return [row[0] for row in rows] if first_column else rows
 
     return work
+
+
+# The setting the policies read (db/row_security.py), for this transaction only
+# (is_local): a transaction pooler hands the server connection on at COMMIT, setting gone.
+_SET_TENANT = Prepared.only_on(
+    "postgresql",
+    lambda: text("SELECT set_config('lovia.tenant', :tenant, true)").bindparams(
+        bindparam("tenant", type_=String())
+    ),
+)
+
+
+def _as_tenant(work: Work[T], params: Mapping[str, str], conn: Connection) -> T:
+    """``work`` in a transaction whose first statement sets its tenant."""
+    _SET_TENANT.execute(conn, params)
+    return work(conn)
