@@ -20,7 +20,14 @@ import pytest
 from sqlalchemy import Connection, func, insert, select, text
 from sqlalchemy.engine import make_url
 
-from backends import _pg_admin, fresh_server_database, pooled_url, server_url
+from backends import (
+    _pg_admin,
+    create_pg_database,
+    drop_pg_database,
+    fresh_server_database,
+    pooled_url,
+    server_url,
+)
 from helpers import a_run
 from lovia_store import (
     Database,
@@ -375,3 +382,51 @@ async def test_the_stores_work_under_the_policies(scratch: Scratch, route: str) 
 def test_the_pooled_url_names_the_role() -> None:
     server_url("LOVIA_TEST_PGBOUNCER_URL")  # fails, not skips, under LOVIA_TEST_REQUIRE_SERVERS
     assert make_url(_pooled("postgresql://postgres@h:5432/d", "asyncpg")).username == ROLE
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tenants_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``lovia-store`` with the ``tenants`` group registered as app.py will register it."""
+    from lovia_store.cli import app
+
+    monkeypatch.setitem(app._COMMANDS, "tenants", ".rls_command:tenants_command")
+    return app.main
+
+
+def test_the_command_refuses_sqlite(
+    tenants_cli: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert tenants_cli(["tenants", "rls", "enable", str(tmp_path / "x.db")]) == 2
+    assert "row-level security is PostgreSQL's" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_the_command_enables_shows_and_disables(
+    tenants_cli: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import json
+
+    async def fresh() -> str:
+        url = await create_pg_database()
+        await _migrated(url)
+        return url
+
+    url = asyncio.run(fresh())
+    try:
+        capsys.readouterr()
+        assert tenants_cli(["tenants", "rls", "enable", url, "--role", ROLE, "--json"]) == 0
+        done = json.loads(capsys.readouterr().out)
+        assert len(done["tables"]) == 8 and done["roles"] == [ROLE]
+        assert tenants_cli(["tenants", "rls", "status", url, "--json"]) == 0
+        states = json.loads(capsys.readouterr().out)["tables"]
+        assert all((s["enabled"], s["forced"], s["policy"]) == (True, False, True) for s in states)
+        assert tenants_cli(["tenants", "rls", "disable", url]) == 0
+        assert "off for 8 tables" in capsys.readouterr().out
+        assert tenants_cli(["tenants", "rls", "status", url]) == 0
+        assert "lovia_sessions: off, no policy" in capsys.readouterr().out
+    finally:
+        asyncio.run(drop_pg_database(url))
