@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .checkpoints.memory import InMemoryCheckpointer
     from .checkpoints.sql import SQLCheckpointer, SQLiteCheckpointer
     from .db.database import Database
+    from .db.row_security import disable_row_level_security, enable_row_level_security
     from .entries import (
         AssistantTextEntry,
         ContentPart,
@@ -118,6 +119,7 @@ _LAZY: dict[str, str] = _by_name(
         ".checkpoints.memory": "InMemoryCheckpointer",
         ".checkpoints.sql": "SQLCheckpointer SQLiteCheckpointer",
         ".db.database": "Database",
+        ".db.row_security": "disable_row_level_security enable_row_level_security",
         ".entries": "AssistantTextEntry ContentPart FilePart ImagePart InputEntry ReasoningEntry "
         "TextPart ToolCallEntry ToolResultEntry TranscriptEntry Usage drop_dangling_tool_calls "
         "entry_from_dict entry_to_dict",
@@ -216,7 +218,9 @@ __all__ = [
     "Usage",
     "UserError",
     "check",
+    "disable_row_level_security",
     "drop_dangling_tool_calls",
+    "enable_row_level_security",
     "entry_from_dict",
     "entry_to_dict",
     "function_tool",
