@@ -83,6 +83,7 @@ _COMMANDS = {
     "copy": ".lifecycle_commands:copy_command",
     "prune": ".prune_command:prune_command",
     "stats": ".stats_command:stats_command",
+    "tenants": ".rls_command:tenants_command",
 }
 
 
