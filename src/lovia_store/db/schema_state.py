@@ -61,7 +61,7 @@ LEGACY_VERSION = 0
 """lovia 0.9's own layout; without our version table, anything newer is refused."""
 
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """The newest revision in ``migrations/versions`` (tests/test_schema_gate.py checks it
 against Alembic's scripts): a current database is recognised without loading Alembic."""
 
@@ -136,9 +136,15 @@ _FIRST_TABLES = frozenset(
 """What revision 0001 creates, and so what a first migration that failed half-way on
 MySQL/MariaDB (where each DDL statement commits) may have left with no revision."""
 _LATER_COLUMNS = {
-    "lovia_messages": frozenset({"updated_at", "idempotency_key"}),  # 0002, 0008
-    "lovia_sessions": frozenset({"forked_from_session_id", "forked_at_entry"}),  # 0007
-    "lovia_run_heads": frozenset({"session_id"}),  # 0007
+    "lovia_messages": frozenset({"updated_at", "idempotency_key", "tenant"}),  # 0002, 0008, 0009
+    # 0007, 0009
+    "lovia_sessions": frozenset({"forked_from_session_id", "forked_at_entry", "tenant"}),
+    "lovia_run_heads": frozenset({"session_id", "tenant"}),  # 0007, 0009
+    "lovia_session_runs": frozenset({"tenant"}),  # 0009
+    "lovia_snapshots": frozenset({"tenant"}),  # 0009
+    "lovia_run_entries": frozenset({"tenant"}),  # 0009
+    "lovia_tool_effects": frozenset({"tenant"}),  # 0009 (a joined lineage may hold 0003's)
+    "lovia_run_leases": frozenset({"tenant"}),  # 0009 (a joined lineage may hold 0004's)
 }
 """Columns of 0001's tables that later revisions add (a revision adding a column to
 one of them adds it here too)."""
