@@ -41,3 +41,31 @@ def test_the_support_modules_import_nothing_of_ours(module: str) -> None:
 
 def test_there_are_revisions() -> None:
     assert len(REVISIONS) >= 6
+
+
+def test_0009_writes_out_the_keys_tables_py_declares() -> None:
+    """0009 names every key, index and foreign key it builds (frozen), and they are the
+    ones ``db/tables.py`` declares now: tenant leading, names by the naming convention."""
+    from lovia_store.db.schema_state import scripts
+    from lovia_store.db.tables import metadata
+
+    module = scripts().get_revision("0009").module
+    for table in module.TABLES:
+        declared = metadata.tables[table]
+        assert tuple(c.name for c in declared.primary_key.columns) == module.AFTER.key(table)
+        assert {
+            ix.name: (table, tuple(c.name for c in ix.columns), bool(ix.unique))
+            for ix in declared.indexes
+        } == {name: ix for name, ix in module.NEW_INDEXES.items() if ix[0] == table}
+        assert {
+            fk.name: (
+                table,
+                tuple(fk.column_keys),
+                fk.referred_table.name,
+                tuple(e.column.name for e in fk.elements),
+            )
+            for fk in declared.foreign_key_constraints
+        } == {name: fk for name, fk in module.NEW_FOREIGN_KEYS.items() if fk[0] == table}
+        assert "tenant" in declared.columns
+    tenanted = {t.name for t in metadata.sorted_tables if "tenant" in t.columns}
+    assert tenanted == set(module.TABLES)

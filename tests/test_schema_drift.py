@@ -1,8 +1,10 @@
 """``db/tables.py`` and the migrations describe the same schema (an ``alembic check``).
 
 Alembic's autogenerate comparison of our metadata against a migrated
-database must find nothing to do: on a fresh SQLite file, on SQLite files
-adopted from lovia and zett-agent, and on PostgreSQL.
+database must find nothing to do: on a fresh database of every SQL backend
+(SQLite, PostgreSQL, MariaDB), on SQLite files adopted from lovia and
+zett-agent, and on an 0008 database upgraded in place (tests/test_migration_0009.py,
+PostgreSQL's online path included).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ async def drift(target: str | Path) -> list[Any]:
         return await db.read(differences)
 
 
-async def test_a_fresh_sqlite_file_matches_the_tables(tmp_path: Path) -> None:
-    assert await drift(tmp_path / "fresh.sqlite3") == []
+async def test_a_fresh_database_matches_the_tables(empty_database_url: str) -> None:
+    assert await drift(empty_database_url) == []
 
 
 @pytest.mark.parametrize("name", ["zett-0.2.1.sqlite3", "lovia-0.9.119.sqlite3"])
@@ -45,8 +47,39 @@ async def test_an_adopted_file_matches_the_tables(
     assert await drift(legacy_copy(name)) == []
 
 
-async def test_postgres_matches_the_tables(pg_url: str) -> None:
-    assert await drift(pg_url) == []
+async def test_postgres_revisions_one_by_one_match_the_tables(pg_url: str) -> None:
+    """Each revision in its own run: 0009 then takes PostgreSQL's online path (its
+    transaction holds no lock on our tables), which builds the keys CONCURRENTLY."""
+    from lovia_store.db.schema import migrate
+
+    async with Database(pg_url) as db:
+        await migrate(db, "0008")
+        await migrate(db)
+        assert await db.read(differences) == []
+
+
+async def test_postgres_online_path_in_a_schema_of_its_own(pg_url: str) -> None:
+    """``Database(schema=...)``: the online path's second connection names every table
+    with the migration's schema (it sets nothing on its session)."""
+    from sqlalchemy import inspect
+
+    from lovia_store.db.schema import migrate
+
+    async with Database(pg_url, schema="tenants_here") as db:
+        await migrate(db, "0008")
+        await migrate(db)
+
+        def keys(conn: Connection) -> dict[str, list[str]]:
+            found = inspect(conn)
+            return {
+                name: found.get_pk_constraint(name, schema="tenants_here")["constrained_columns"]
+                for name in ("lovia_sessions", "lovia_messages")
+            }
+
+        assert await db.read(keys) == {
+            "lovia_sessions": ["tenant", "session_id"],
+            "lovia_messages": ["tenant", "session_id", "sequence"],
+        }
 
 
 def sqlite_schema(path: Path) -> dict[str, Any]:

@@ -206,3 +206,37 @@ def test_opening_a_current_database_loads_no_alembic(tmp_path: Path) -> None:
         [sys.executable, "-c", code], check=True, timeout=120, capture_output=True, text=True
     )
     assert done.stdout.strip() == "[]"
+
+
+async def test_an_0008_database_is_not_current_and_upgrades_to_0009(tmp_path: Path) -> None:
+    """A database the previous version wrote: ``check`` names both revisions, and
+    ``upgrade`` brings it to 0009 (tenant-keyed) without refusing anything."""
+    from lovia_store.db.schema import migrate
+
+    path = tmp_path / "at-0008.sqlite3"
+    async with Database(path) as db:
+        await migrate(db, "0008")
+    with pytest.raises(SchemaNotCurrentError) as caught:
+        await check(path)
+    assert (caught.value.found, caught.value.expected) == ("0008", "0009")
+    await upgrade(path)
+    await check(path)
+    assert sql(path, "SELECT version_num FROM lovia_alembic_version") == [("0009",)]
+    columns = [r[1] for r in sql(path, "PRAGMA table_info(lovia_messages)") if r[5]]
+    assert columns == ["tenant", "session_id", "sequence"]
+
+
+async def test_later_columns_name_every_column_0001_did_not_create(tmp_path: Path) -> None:
+    """``_LATER_COLUMNS`` lets the gate take a half-made first migration's tables for ours:
+    every column a later revision added (0009's tenant included) must be listed there."""
+    from lovia_store.db.schema import migrate
+    from lovia_store.db.schema_state import _FIRST_TABLES, _LATER_COLUMNS
+    from lovia_store.db.tables import metadata
+
+    path = tmp_path / "at-0001.sqlite3"
+    async with Database(path) as db:
+        await migrate(db, "0001")
+    for name in sorted(_FIRST_TABLES):
+        first = {r[1] for r in sql(path, f"PRAGMA table_info({name})")}
+        head = {c.name for c in metadata.tables[name].columns}
+        assert head - first == _LATER_COLUMNS.get(name, frozenset()), name
