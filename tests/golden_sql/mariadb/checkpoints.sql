@@ -1,10 +1,25 @@
 -- Golden SQL, mariadb: rendered by tests/test_golden_sql.py, do not edit.
 -- After changing a statement: python tests/test_golden_sql.py --update
 
+-- lovia_store.checkpoints.sql:_EFFECTS
+SELECT lovia_tool_effects.call_id, lovia_tool_effects.tool_name, lovia_tool_effects.started_at, lovia_tool_effects.result_json
+FROM lovia_tool_effects
+WHERE lovia_tool_effects.tenant = :tenant AND lovia_tool_effects.run_id = :run_id;
+
+-- lovia_store.checkpoints.sql:_ENTRIES
+SELECT lovia_run_entries.entry_json
+FROM lovia_run_entries
+WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id = :run_id ORDER BY lovia_run_entries.`position`;
+
+-- lovia_store.checkpoints.sql:_HEAD
+SELECT lovia_run_heads.head_json
+FROM lovia_run_heads
+WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id = :run_id;
+
 -- lovia_store.checkpoints.sql_steps:ENTRY_COUNT (prepared)
 SELECT lovia_run_heads.entry_count
 FROM lovia_run_heads
-WHERE lovia_run_heads.run_id = :run_id;
+WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id = :run_id;
 
 -- lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT (prepared)
 -- not run on mariadb (runs where: one_statement_writes)
@@ -13,20 +28,20 @@ WHERE lovia_run_heads.run_id = :run_id;
 -- not run on mariadb (runs where: one_statement_writes)
 
 -- lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES (prepared)
-INSERT INTO lovia_run_entries (run_id, `position`, entry_json) VALUES (:run_id, :position, :entry_json);
+INSERT INTO lovia_run_entries (tenant, run_id, `position`, entry_json) VALUES (:tenant, :run_id, :position, :entry_json);
 
 -- lovia_store.checkpoints.sql_steps:_LOCKED_HEAD
 SELECT lovia_run_heads.head_json, lovia_run_heads.entry_count
 FROM lovia_run_heads
-WHERE lovia_run_heads.run_id = :run_id FOR UPDATE;
+WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id = :run_id FOR UPDATE;
 
 -- lovia_store.checkpoints.sql_steps:_TAIL
 SELECT lovia_run_entries.entry_json
 FROM lovia_run_entries
-WHERE lovia_run_entries.run_id = :run_id AND lovia_run_entries.`position` > :after ORDER BY lovia_run_entries.`position`;
+WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id = :run_id AND lovia_run_entries.`position` > :after ORDER BY lovia_run_entries.`position`;
 
 -- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=False) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now;
+INSERT INTO lovia_run_heads (tenant, run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:tenant, :run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now;
 
 -- lovia_store.checkpoints.sql_steps:_upsert(dialect, links_session=True) (prepared)
-INSERT INTO lovia_run_heads (run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now, session_id = :session_id;
+INSERT INTO lovia_run_heads (tenant, run_id, status, head_json, entry_count, created_at, updated_at, session_id) VALUES (:tenant, :run_id, :status, :head_json, :count, :now, :now, :session_id) ON DUPLICATE KEY UPDATE status = :status, head_json = :head_json, entry_count = (lovia_run_heads.entry_count + :count), updated_at = :now, session_id = :session_id;

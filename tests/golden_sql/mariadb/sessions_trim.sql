@@ -4,16 +4,16 @@
 -- lovia_store.sessions.trim:_EMPTY_RUNS (prepared)
 SELECT lovia_session_runs.first_sequence
 FROM lovia_session_runs
-WHERE lovia_session_runs.session_id = :sid AND lovia_session_runs.entry_count = :entry_count_1 ORDER BY lovia_session_runs.first_sequence DESC;
+WHERE lovia_session_runs.tenant = :tenant AND lovia_session_runs.session_id = :sid AND lovia_session_runs.entry_count = :entry_count_1 ORDER BY lovia_session_runs.first_sequence DESC;
 -- values: entry_count_1=0
 
 -- lovia_store.sessions.trim:_TRIM (prepared)
-UPDATE lovia_messages SET entry_json=:doc, envelope_json=NULL, updated_at=:now WHERE lovia_messages.session_id = :sid AND lovia_messages.sequence = :seq;
+UPDATE lovia_messages SET entry_json=:doc, envelope_json=NULL, updated_at=:now WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence = :seq;
 
 -- lovia_store.sessions.trim:_TRIM_CANDIDATES (prepared)
 SELECT lovia_messages.sequence, lovia_messages.entry_json AS entry_json
 FROM lovia_messages
-WHERE lovia_messages.session_id = :sid AND lovia_messages.sequence < :cutoff AND lovia_messages.entry_type = :entry_type_1 AND octet_length(lovia_messages.entry_json) > :keep;
+WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence < :cutoff AND lovia_messages.entry_type = :entry_type_1 AND octet_length(lovia_messages.entry_json) > :keep;
 -- values: entry_type_1='tool_result'
 
 -- lovia_store.sessions.trim:_TRIM_IN_ONE_STATEMENT (prepared)

@@ -4,25 +4,25 @@
 -- lovia_store.checkpoints.sql_leases:_CURRENT
 SELECT lovia_run_leases.token, lovia_run_leases.lease_id, lovia_run_leases.holder, lovia_run_leases.expires_ms
 FROM lovia_run_leases
-WHERE lovia_run_leases.run_id = :run_id::VARCHAR FOR UPDATE;
+WHERE lovia_run_leases.tenant = :tenant::VARCHAR AND lovia_run_leases.run_id = :run_id::VARCHAR FOR UPDATE;
 
 -- lovia_store.checkpoints.sql_leases:_EXPIRES
 -- not run on postgresql (runs where: not returning)
 
 -- lovia_store.checkpoints.sql_leases:_FORGET
-DELETE FROM lovia_run_leases WHERE lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR AND NOT (EXISTS (SELECT *
+DELETE FROM lovia_run_leases WHERE lovia_run_leases.tenant = :held_tenant::VARCHAR AND lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR AND NOT (EXISTS (SELECT *
 FROM lovia_run_heads
-WHERE lovia_run_heads.run_id = lovia_run_leases.run_id));
+WHERE lovia_run_heads.tenant = lovia_run_leases.tenant AND lovia_run_heads.run_id = lovia_run_leases.run_id));
 
 -- lovia_store.checkpoints.sql_leases:_NOW
 SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) AS anon_1;
 
 -- lovia_store.checkpoints.sql_leases:_RELEASE
-UPDATE lovia_run_leases SET expires_ms=:expires_ms::BIGINT WHERE lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR;
+UPDATE lovia_run_leases SET expires_ms=:expires_ms::BIGINT WHERE lovia_run_leases.tenant = :held_tenant::VARCHAR AND lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR;
 -- values: expires_ms=0
 
 -- lovia_store.checkpoints.sql_leases:_RENEW
-UPDATE lovia_run_leases SET expires_ms=(CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + :ttl_ms::BIGINT) WHERE lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR RETURNING lovia_run_leases.expires_ms;
+UPDATE lovia_run_leases SET expires_ms=(CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + :ttl_ms::BIGINT) WHERE lovia_run_leases.tenant = :held_tenant::VARCHAR AND lovia_run_leases.run_id = :held_run::VARCHAR AND lovia_run_leases.token = :held_token::BIGINT AND lovia_run_leases.lease_id = :held_id::VARCHAR RETURNING lovia_run_leases.expires_ms;
 
 -- lovia_store.checkpoints.sql_leases:_RENEW_NO_RETURNING
 -- not run on postgresql (runs where: not returning)

@@ -4,26 +4,26 @@
 -- lovia_store.sessions.reads:BATCH
 SELECT lovia_messages.sequence, lovia_messages.entry_json AS entry_json
 FROM lovia_messages
-WHERE lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.sequence > :after::BIGINT ORDER BY lovia_messages.sequence
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.sequence > :after::BIGINT ORDER BY lovia_messages.sequence
  LIMIT :size::BIGINT;
 
 -- lovia_store.sessions.reads:LOAD
 SELECT convert_to(lovia_messages.entry_json, 'UTF8') AS entry_json
 FROM lovia_messages
-WHERE lovia_messages.session_id = :sid::VARCHAR ORDER BY lovia_messages.sequence;
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR ORDER BY lovia_messages.sequence;
 
 -- lovia_store.sessions.reads:SEGMENT_ROWS
 SELECT lovia_messages.sequence, lovia_messages.request_id, lovia_messages.run_id, convert_to(lovia_messages.entry_json, 'UTF8') AS entry_json
 FROM lovia_messages
-WHERE lovia_messages.session_id = :sid::VARCHAR ORDER BY lovia_messages.sequence;
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR ORDER BY lovia_messages.sequence;
 
 -- lovia_store.sessions.reads:SEGMENT_RUNS
 SELECT lovia_session_runs.run_id, lovia_session_runs.first_sequence, lovia_session_runs.entry_count, lovia_session_runs.meta_json
 FROM lovia_session_runs
-WHERE lovia_session_runs.session_id = :sid::VARCHAR ORDER BY lovia_session_runs.position;
+WHERE lovia_session_runs.tenant = :tenant::VARCHAR AND lovia_session_runs.session_id = :sid::VARCHAR ORDER BY lovia_session_runs.position;
 
 -- lovia_store.sessions.reads:_ROWS_BELOW (prepared)
 SELECT lovia_messages.sequence, lovia_messages.run_id, lovia_messages.request_id, lovia_messages.entry_type, lovia_messages.call_id
 FROM lovia_messages
-WHERE lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.sequence < :below::BIGINT ORDER BY lovia_messages.sequence DESC
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.sequence < :below::BIGINT ORDER BY lovia_messages.sequence DESC
  LIMIT :size::BIGINT;
