@@ -122,14 +122,23 @@ async def test_check_names_every_counter_that_disagrees_with_its_rows(
     assert document["mismatches"] == [
         {
             "table": "lovia_sessions",
+            "tenant": "",
             "id": "lovia-1",
             "counter": "message_count",
             "says": 10,
             "holds": 7,
         },
-        {"table": "lovia_sessions", "id": "lovia-2", "counter": "run_count", "says": 2, "holds": 1},
         {
             "table": "lovia_sessions",
+            "tenant": "",
+            "id": "lovia-2",
+            "counter": "run_count",
+            "says": 2,
+            "holds": 1,
+        },
+        {
+            "table": "lovia_sessions",
+            "tenant": "",
             "id": "zett-1",
             "counter": "last_sequence",
             "says": 2,
@@ -137,6 +146,7 @@ async def test_check_names_every_counter_that_disagrees_with_its_rows(
         },
         {
             "table": "lovia_sessions",
+            "tenant": "",
             "id": "zett-2",
             "counter": "snapshot_version",
             "says": 1,
@@ -144,6 +154,7 @@ async def test_check_names_every_counter_that_disagrees_with_its_rows(
         },
         {
             "table": "lovia_run_heads",
+            "tenant": "",
             "id": DONE,
             "counter": "entry_count",
             "says": entries,

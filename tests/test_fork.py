@@ -243,7 +243,7 @@ async def test_a_fork_of_a_zett_session_keeps_its_envelopes_and_runs_on(
             assert await session.fork("chat", "branch", keep_entries=len(entries)) == len(entries)
         rows = await table_rows(target)
         envelopes = {
-            (row[0], row[1]): row[7] for row in rows["lovia_messages"]
+            (row[1], row[2]): row[8] for row in rows["lovia_messages"]
         }  # (session, sequence) -> envelope_json
         assert all(
             envelopes[("branch", r.sequence)] == envelopes[("chat", r.sequence)] for r in origin
@@ -343,7 +343,7 @@ async def test_a_fork_cuts_inside_a_zett_message_as_a_rewind_does(
         assert await zett.list_raw_messages("s") == origin
         await zett.close()
         rows = await table_rows(target)
-        envelopes = {(row[0], row[1]): row[7] for row in rows["lovia_messages"]}
+        envelopes = {(row[1], row[2]): row[8] for row in rows["lovia_messages"]}
         # The whole fork keeps every envelope; a row cut inside loses its own.
         assert all(envelopes[(f"f{total}", r.sequence)] is not None for r in origin)
         assert envelopes[("f4", 2)] is None and envelopes[("f4", 1)] is not None

@@ -152,7 +152,7 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
     ),
     "repeated message": (
         lambda ls: [*ls[: first(ls, "message") + 1], *ls[first(ls, "message") :]],
-        r"this message repeats the key of line \d+ \(session_id='.*', sequence=1\)",
+        r"this message repeats the key of line \d+ \(tenant='', session_id='.*', sequence=1\)",
     ),
     "repeated key, other content": (
         lambda ls: [
@@ -170,7 +170,7 @@ BAD: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
             first(ls, "message") + 1,
             lambda d: d.update(idempotency_key="k"),
         ),
-        r"repeats the key of line \d+ \(session_id='.*', idempotency_key='k'\)",
+        r"repeats the key of line \d+ \(tenant='', session_id='.*', idempotency_key='k'\)",
     ),
     "repeated session": (
         lambda ls: [*ls[:-1], ls[first(ls, "session")], ls[-1]],

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import ForeignKey, String, func, select
+from sqlalchemy import ForeignKeyConstraint, String, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, selectinload
 from sqlalchemy.pool import NullPool
@@ -23,7 +23,15 @@ from lovia_store import (
 )
 from lovia_store.db import tables
 from lovia_store.db.urls import to_url
-from lovia_store.models import Id, MessageRow, RunHeadRow, SessionRow, SessionRunRow, metadata
+from lovia_store.models import (
+    Id,
+    MessageRow,
+    RunHeadRow,
+    SessionRow,
+    SessionRunRow,
+    Tenant,
+    metadata,
+)
 
 
 class HostBase(DeclarativeBase):
@@ -37,9 +45,18 @@ class Ticket(HostBase):
 
     ticket_id: Mapped[int] = mapped_column(primary_key=True)
     subject: Mapped[str] = mapped_column(String(100))
-    # Our id type, so the join compares like with like (on MariaDB, the same collation).
-    session_id: Mapped[str] = mapped_column(Id, ForeignKey(SessionRow.__table__.c.session_id))
+    # Our types, so the join compares like with like (on MariaDB, the same collation);
+    # a session is keyed by its tenant and its id.
+    tenant: Mapped[str] = mapped_column(Tenant, default="")
+    session_id: Mapped[str] = mapped_column(Id)
     session: Mapped[SessionRow] = relationship(SessionRow, lazy="raise")
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant", "session_id"],
+            [SessionRow.__table__.c.tenant, SessionRow.__table__.c.session_id],
+        ),
+    )
 
 
 def test_the_tables_the_stores_use_are_the_models_tables() -> None:
@@ -88,8 +105,8 @@ async def test_a_host_joins_its_model_to_ours_in_one_orm_session(
 
             counted = (
                 select(Ticket.subject, SessionRow.run_count, func.count(MessageRow.sequence))
-                .join(SessionRow, SessionRow.session_id == Ticket.session_id)
-                .join(MessageRow, MessageRow.session_id == SessionRow.session_id)
+                .join(SessionRow, Ticket.session)
+                .join(SessionRow.messages)
                 .group_by(Ticket.subject, SessionRow.run_count)
                 .order_by(Ticket.subject)
             )

@@ -26,9 +26,9 @@ def count_reads(store: SQLSession) -> list[int]:
         calls[0] += 1
         return await read(work, **options)
 
-    async def counting_one(statement: Any, params: Any) -> Any:
+    async def counting_one(statement: Any, params: Any, **options: Any) -> Any:
         calls[0] += 1
-        return await read_one(statement, params)
+        return await read_one(statement, params, **options)
 
     store.database.read = counting  # type: ignore[method-assign]
     store.database.read_one = counting_one  # type: ignore[method-assign]

@@ -42,7 +42,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, relationship
 
 from .db import tables
 from .db.tables import metadata
-from .db.types import Id, IdType, render_item
+from .db.types import Id, IdType, Tenant, TenantType, render_item
 
 __all__ = [
     "Id",
@@ -56,6 +56,8 @@ __all__ = [
     "SessionRunRow",
     "SnapshotRow",
     "StoreBase",
+    "Tenant",
+    "TenantType",
     "ToolEffectRow",
     "metadata",
     "render_item",
