@@ -291,3 +291,17 @@ async def test_postgres_builds_again_an_index_a_failed_run_left_invalid(url: str
         ],
     )
     assert columns == [["tenant", "session_id"]]
+
+
+async def test_down_past_0009_one_step_at_a_time_and_up_again(url: str) -> None:
+    """0009's downgrade leaves exactly what 0008 made, so the older revisions' own
+    downgrades run after it (down to 0005, whose own downgrade refuses our "bob "),
+    and everything comes back up drift-free."""
+    await _an_0008_database(url)
+    await upgrade(url)
+    for target in ("0008", "0007", "0006", "0005"):  # 0005 refuses "bob " beside "bob"
+        await asyncio.to_thread(_alembic, url, "downgrade", target)
+        assert await _revision(url) == target
+    await upgrade(url)
+    assert await _revision(url) == "0009"
+    assert await _on(url, differences) == []
