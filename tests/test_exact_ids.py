@@ -81,6 +81,21 @@ ID_COLUMNS = {
     ("lovia_tool_effects", "call_id"),
     ("lovia_run_leases", "run_id"),
 }
+# 0009's tenant: compared exactly like an id (TenantType is an IdType), on every table.
+ADDED_BY_0009 = {
+    (table, "tenant")
+    for table in (
+        "lovia_sessions",
+        "lovia_messages",
+        "lovia_session_runs",
+        "lovia_snapshots",
+        "lovia_run_heads",
+        "lovia_run_entries",
+        "lovia_tool_effects",
+        "lovia_run_leases",
+    )
+}
+ID_COLUMNS |= ADDED_BY_0009
 ADDED_BY_0007 = {("lovia_sessions", "forked_from_session_id"), ("lovia_run_heads", "session_id")}
 ADDED_BY_0008 = {("lovia_messages", "idempotency_key")}
 ADDED_AFTER_0004 = {  # table: its columns revisions after 0004 added
@@ -113,6 +128,11 @@ FOREIGN_KEYS = {
         "lovia_run_heads",
         "run_id",
     ),
+}
+# From 0009 on, the tenant leads every foreign key (columns joined by commas).
+TENANT_FOREIGN_KEYS = {
+    f"fk_{table}_tenant_{parent}": (table, f"tenant,{column}", parent, f"tenant,{column}")
+    for table, column, parent, _ in FOREIGN_KEYS.values()
 }
 OURS = sorted(set(metadata.tables))
 PAD_BIN = "utf8mb4_bin"
@@ -273,15 +293,21 @@ def _collations(conn: Connection) -> Collations:
         text(
             "SELECT CONSTRAINT_NAME, TABLE_NAME, COLUMN_NAME, REFERENCED_TABLE_NAME, "
             f"REFERENCED_COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE {here} "
-            "AND REFERENCED_TABLE_NAME IS NOT NULL"
+            "AND REFERENCED_TABLE_NAME IS NOT NULL ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION"
         )
     ).all()
+    keys: dict[str, tuple[str, str, str, str]] = {}
+    for name, t, c, rt, rc in key_rows:
+        if name in keys:  # a column after the first of a composite key
+            _, cs, _, rcs = keys[name]
+            c, rc = f"{cs},{c}", f"{rcs},{rc}"
+        keys[name] = (t, c, rt, rc)
     revision = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
     return Collations(
         revision=revision,
         tables={name: value for name, value in table_rows if name in OURS},
         columns={(t, c): value for t, c, value in column_rows if t in OURS},
-        foreign_keys={name: (t, c, rt, rc) for name, t, c, rt, rc in key_rows if t in OURS},
+        foreign_keys={name: key for name, key in keys.items() if key[0] in OURS},
     )
 
 
@@ -304,12 +330,14 @@ def assert_all(state: Collations, collation: str) -> None:
     assert state.tables == dict.fromkeys(OURS, collation)
     assert set(state.columns.values()) == {collation}
     expected = ID_COLUMNS
+    if state.revision < "0009":
+        expected = expected - ADDED_BY_0009
     if state.revision < "0008":
         expected = expected - ADDED_BY_0008
     if state.revision < "0007":
         expected = expected - ADDED_BY_0007
     assert set(state.columns) >= expected
-    assert state.foreign_keys == FOREIGN_KEYS
+    assert state.foreign_keys == (FOREIGN_KEYS if state.revision < "0009" else TENANT_FOREIGN_KEYS)
 
 
 def differences(conn: Connection) -> list[Any]:
@@ -683,10 +711,13 @@ def test_revision_0005_is_frozen_and_agrees_with_the_tables() -> None:
     assert revision.PREVIOUS_COLLATION == PAD_BIN
     assert set(revision.TABLES) <= set(metadata.tables)
     assert revision.FOREIGN_KEYS == FOREIGN_KEYS
+    # tables.py has moved on (0009's tenant leads every key): 0005 agrees with 0008's
+    # keys, which 0009 writes out as what it rebuilds.
+    (later,) = VERSIONS.glob("0009_*.py")
+    keys_0008 = _load(later)
     declared = {
-        str(fk.name): (table, fk.column_keys[0], *str(fk.elements[0].target_fullname).split("."))
-        for table in revision.TABLES
-        for fk in metadata.tables[table].foreign_key_constraints
+        name: (table, columns[0], parent, parent_columns[0])
+        for name, (table, columns, parent, parent_columns) in keys_0008.OLD_FOREIGN_KEYS.items()
     }
     assert declared == FOREIGN_KEYS
     # Parents are converted before the tables whose keys reference them.
@@ -695,7 +726,10 @@ def test_revision_0005_is_frozen_and_agrees_with_the_tables() -> None:
         order.index(parent) < order.index(child) for child, _, parent, _ in declared.values()
     )
     for table in revision.TABLES:
-        key = tuple(c.name for c in metadata.tables[table].primary_key.columns)
+        key = keys_0008.KEYS.get(table, ("store",))
+        assert (*(("tenant",) if table != "lovia_schema" else ()), *key) == tuple(
+            c.name for c in metadata.tables[table].primary_key.columns
+        )
         assert revision.PRIMARY_KEYS[table] == key
         integers = {c for c in key if c in revision.INTEGER_COLUMNS}
         assert integers == {c for c in key if (table, c) not in ID_COLUMNS and c != "store"}
