@@ -55,6 +55,7 @@ lovia_store.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -221,6 +222,9 @@ class Shape:
 
 BEFORE = Shape(False, OLD_INDEXES, OLD_FOREIGN_KEYS)
 AFTER = Shape(True, NEW_INDEXES, NEW_FOREIGN_KEYS)
+
+logger = logging.getLogger("lovia_store.migrations.0009")
+"""Says which way PostgreSQL migrates (online, or in the migration's transaction)."""
 
 _LOCK_TIMEOUT = "2s"
 """PostgreSQL: how long a step of the online path waits for its brief lock before it
@@ -546,7 +550,8 @@ def _pg_online(conn: sa.Connection, schema: str) -> None:
         for name, (table, cols, parent, parent_cols) in NEW_FOREIGN_KEYS.items()
         if name not in existing
     ]
-    _pg_retry(conn, swap)
+    if len(swap) > 1:  # not when a run that failed after its swap is run again
+        _pg_retry(conn, swap)
     # Validation reads the child table without blocking its writers.
     for name, valid in _pg_foreign_keys(conn, [regclass(t) for t in TABLES]).items():
         if name in NEW_FOREIGN_KEYS and not valid:
@@ -560,8 +565,12 @@ def _pg_upgrade() -> None:
         schema = str(bind.execute(sa.text("SELECT current_schema()")).scalar_one())
         with _pg_second_connection(bind) as conn:
             if conn is not None:
+                logger.info("0009: building the tenant keys online (CONCURRENTLY)")
                 _pg_online(conn, schema)
                 return
+        logger.info("0009: the migration's transaction keeps a snapshot: not online")
+    else:
+        logger.info("0009: earlier revisions of this run hold our tables: not online")
     _pg_in_transaction(AFTER)
 
 
