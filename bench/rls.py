@@ -42,23 +42,13 @@ TENANT = "acme"
 async def _prepare(url: str, *, policies: bool) -> None:
     """Our tables, the role's grants, and (``policies``) the policies, as the owner."""
     from lovia_store import Database, upgrade
-    from lovia_store.db.row_security import enable_row_level_security, tenant_tables
-    from lovia_store.db.tables import metadata
+    from lovia_store.db.row_security import enable_row_level_security
 
     await upgrade(url)
     db = Database(url)
     try:
 
         def tables(conn: Any) -> None:
-            # Until the tenant migration (issue 32 item 3) is merged: tables with tenants.
-            columns = conn.exec_driver_sql(
-                "SELECT 1 FROM information_schema.columns WHERE table_name = 'lovia_sessions' "
-                "AND column_name = 'tenant'"
-            ).all()
-            if not columns:
-                names = ", ".join(table.name for table in tenant_tables())
-                conn.exec_driver_sql(f"DROP TABLE {names} CASCADE")
-                metadata.create_all(conn)
             conn.exec_driver_sql(
                 f"DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object "
                 "OR unique_violation THEN NULL; END $$"

@@ -45,7 +45,7 @@ from lovia_store.db.row_security import (
     row_level_security_status,
     tenant_tables,
 )
-from lovia_store.db.tables import metadata, sessions
+from lovia_store.db.tables import sessions
 from lovia_store.models import SessionRow
 
 ROLE = "lovia_rls_app"
@@ -115,34 +115,12 @@ async def _owner_sql(url: str, *statements: str, args: tuple[Any, ...] = ()) -> 
         await conn.close()
 
 
-async def _migrated(url: str, schema: str | None = None) -> None:
-    """``upgrade``, then, while the tenant migration (issue 32 item 3) is not merged, our
-    tables made anew from ``tables.metadata``, with their tenant columns: a no-op after."""
-    await upgrade(url, schema=schema)
-    placed = schema or "public"
-    found = await _owner_sql(
-        url,
-        "SELECT 1 FROM information_schema.columns WHERE table_schema = $1 "
-        "AND table_name = 'lovia_sessions' AND column_name = 'tenant'",
-        args=(placed,),
-    )
-    if found:
-        return
-    names = ", ".join(f'"{placed}"."{table.name}"' for table in tenant_tables())
-    await _owner_sql(url, f"DROP TABLE {names} CASCADE")
-    db = Database(url, schema=schema)
-    try:
-        await db.write_unchecked(lambda conn: metadata.create_all(conn, checkfirst=True))
-    finally:
-        await db.close()
-
-
 @pytest.fixture
 async def scratch() -> AsyncIterator[Scratch]:
     """A fresh migrated database with the policies on, the role granted DML, and rows of
     tenants "a", "b" and the default tenant written by the owner."""
     async with fresh_server_database("postgres") as url:
-        await _migrated(url)
+        await upgrade(url)
         await _create_role()
         await _owner_sql(
             url,
@@ -214,7 +192,7 @@ async def test_enable_is_idempotent_and_disable_undoes_it(scratch: Scratch) -> N
 async def test_in_a_named_schema() -> None:
     async with fresh_server_database("postgres") as url:
         await _owner_sql(url, "CREATE SCHEMA lovia")
-        await _migrated(url, schema="lovia")
+        await upgrade(url, schema="lovia")
         db = Database(url, schema="lovia")
         try:
             await enable_row_level_security(db)
@@ -347,11 +325,6 @@ async def test_the_setting_never_reaches_another_client_through_the_pooler(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("route", ROUTES[::2])
-@pytest.mark.xfail(
-    strict=True,
-    reason="until the stores pass tenant= to Database.read/write/read_one/write_one "
-    "(the sessions family's conversion; remove this marker when it is merged)",
-)
 async def test_the_stores_work_under_the_policies(scratch: Scratch, route: str) -> None:
     """The three native stores, as the role held by the policies: each tenant's writes and
     reads reach its own rows, the same ids in two tenants stay two things."""
@@ -412,7 +385,7 @@ def test_the_command_enables_shows_and_disables(
 
     async def fresh() -> str:
         url = await create_pg_database()
-        await _migrated(url)
+        await upgrade(url)
         return url
 
     url = asyncio.run(fresh())
