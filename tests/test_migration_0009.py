@@ -305,3 +305,25 @@ async def test_down_past_0009_one_step_at_a_time_and_up_again(url: str) -> None:
     await upgrade(url)
     assert await _revision(url) == "0009"
     assert await _on(url, differences) == []
+
+
+async def test_a_host_foreign_key_onto_our_keys_is_refused_and_changes_nothing(url: str) -> None:
+    await _an_0008_database(url)
+
+    def host_table(conn: Connection) -> None:
+        exact = " COLLATE utf8mb4_nopad_bin" if conn.dialect.name in ("mysql", "mariadb") else ""
+        conn.execute(
+            text(
+                f"CREATE TABLE host_tickets (id INTEGER PRIMARY KEY, session_id VARCHAR(255)"
+                f"{exact}, CONSTRAINT fk_host_tickets_session FOREIGN KEY (session_id) "
+                "REFERENCES lovia_sessions (session_id))"
+            )
+        )
+
+    await _on(url, host_table, write=True)
+    rows = await _on(url, _rows)
+    with pytest.raises(RuntimeError, match=r"host_tickets.*nothing was changed"):
+        await upgrade(url)
+    assert await _revision(url) == "0008"
+    assert await _on(url, _rows) == rows
+    assert await _on(url, lambda c: inspect(c).get_foreign_keys("host_tickets"))

@@ -44,6 +44,10 @@ PostgreSQL's online path commits on its second connection, so a run that failed
 half way leaves some steps done and the revision still at 0008; the next run
 reads the catalog first and does only what is left.
 
+A foreign key of a host's table onto one of ours is refused, with its name,
+before anything changes: it would block the rebuild (or, on SQLite, be rewritten
+by it).
+
 The downgrade restores 0008's keys and drops the column. It is refused, before
 anything changes, when any table holds a row of a tenant other than '': its keys
 would collide with the default tenant's. It runs in the migration's transaction
@@ -250,6 +254,62 @@ def _report(task: str, done: int, total: int | None) -> None:
 
 def _has_tenant(bind: sa.Connection, table: str) -> bool:
     return TENANT in {c["name"] for c in sa.inspect(bind).get_columns(table)}
+
+
+def _host_foreign_keys(bind: sa.Connection) -> list[tuple[str, str, str]]:
+    """Foreign keys of tables not ours onto ours: (name, table, the table of ours)."""
+    dialect = bind.dialect.name
+    if dialect == "sqlite":
+        names = bind.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
+        found = []
+        for (table,) in names.all():
+            if table in TABLES:
+                continue
+            for key in bind.exec_driver_sql(f'PRAGMA foreign_key_list("{table}")').all():
+                if key[2] in TABLES:
+                    found.append((f"{table}({key[3]})", table, key[2]))
+        return found
+    if dialect == "postgresql":
+        rows = bind.execute(
+            sa.text(
+                "SELECT c.conname, n.nspname || '.' || t.relname, p.relname "
+                "FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
+                "JOIN pg_namespace n ON n.oid = t.relnamespace "
+                "JOIN pg_class p ON p.oid = c.confrelid "
+                "WHERE c.contype = 'f' AND p.relnamespace = current_schema()::regnamespace "
+                "AND p.relname IN :names "
+                "AND NOT (t.relnamespace = p.relnamespace AND t.relname IN :names)"
+            ).bindparams(sa.bindparam("names", expanding=True)),
+            {"names": list(TABLES)},
+        ).all()
+        return [(name, table, parent) for name, table, parent in rows]
+    rows = bind.execute(
+        sa.text(
+            "SELECT CONSTRAINT_NAME, CONCAT(CONSTRAINT_SCHEMA, '.', TABLE_NAME), "
+            "REFERENCED_TABLE_NAME, CONSTRAINT_SCHEMA = DATABASE(), TABLE_NAME "
+            "FROM information_schema.REFERENTIAL_CONSTRAINTS "
+            "WHERE UNIQUE_CONSTRAINT_SCHEMA = DATABASE() AND REFERENCED_TABLE_NAME IN :names"
+        ).bindparams(sa.bindparam("names", expanding=True)),
+        {"names": list(TABLES)},
+    ).all()
+    return [
+        (name, table, parent)
+        for name, table, parent, here, bare in rows
+        if not (here and bare in TABLES)
+    ]
+
+
+def _refuse_host_foreign_keys(bind: sa.Connection) -> None:
+    """A host's foreign key onto a key of ours would block the rebuild (PostgreSQL,
+    MySQL/MariaDB) or be silently rewritten by it (SQLite): refused first."""
+    found = _host_foreign_keys(bind)
+    if found:
+        name, table, parent = found[0]
+        raise RuntimeError(
+            f"foreign key {name} of {table} references {parent}, whose key revision 0009 "
+            "rebuilds with a tenant column in front; drop that foreign key, upgrade, and "
+            "add it back on (tenant, id) if you need it (docs/embedding.md); nothing was changed"
+        )
 
 
 def _refuse_other_tenants(bind: sa.Connection) -> None:
@@ -694,6 +754,7 @@ def _mysql_migrate(shape: Shape) -> None:
 def upgrade() -> None:
     bind = op.get_bind()
     dialect = bind.dialect.name
+    _refuse_host_foreign_keys(bind)
     if dialect == "sqlite":
         if not _has_tenant(bind, "lovia_sessions"):
             _sqlite_rebuild(AFTER)
