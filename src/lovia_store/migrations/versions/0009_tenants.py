@@ -276,7 +276,8 @@ def _host_foreign_keys(bind: sa.Connection) -> list[tuple[str, str, str]]:
                 "FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
                 "JOIN pg_namespace n ON n.oid = t.relnamespace "
                 "JOIN pg_class p ON p.oid = c.confrelid "
-                "WHERE c.contype = 'f' AND p.relnamespace = current_schema()::regnamespace "
+                "JOIN pg_namespace pn ON pn.oid = p.relnamespace "
+                "WHERE c.contype = 'f' AND pn.nspname = current_schema() "
                 "AND p.relname IN :names "
                 "AND NOT (t.relnamespace = p.relnamespace AND t.relname IN :names)"
             ).bindparams(sa.bindparam("names", expanding=True)),
