@@ -59,10 +59,13 @@ THROUGH_THE_POOLER = {
     "test_storage_paging.py",
     "test_concurrency.py",
     "test_effects.py",
+    "test_tenants.py",
+    "test_tenant_checkpoints.py",
+    "test_tenant_raw_log.py",
 }
 """The suites whose backend cases also run through a transaction pooler and on a Galera
 node (CLUSTER_KINDS): sessions, checkpoints, leases and effects, the Raw Log, processes
-appending at once."""
+appending at once, and tenants kept apart by each."""
 
 
 @pytest.fixture(
