@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from lovia_store import (
     AssistantTextEntry,
+    Database,
     InputEntry,
     ToolCallEntry,
     ToolResultEntry,
@@ -43,3 +46,31 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 60
     while not await check():
         assert time.monotonic() < deadline, f"still not true after {within} s"
         await asyncio.sleep(0.02)
+
+
+@contextlib.contextmanager
+def commit_lost(db: Database, *, landed: bool = True) -> Iterator[list[int]]:
+    """The next COMMIT fails on the wire: after the server committed it (``landed``: its
+    reply is lost, as when a primary is killed mid-reply) or before (rolled back).
+    Later COMMITs go through. Yields how many fired."""
+    dialect = db.engine.sync_engine.dialect
+    fired: list[int] = []
+
+    def do_commit(dbapi_connection: Any) -> None:
+        if fired:
+            type(dialect).do_commit(dialect, dbapi_connection)
+            return
+        fired.append(1)
+        if landed:
+            type(dialect).do_commit(dialect, dbapi_connection)
+        else:
+            type(dialect).do_rollback(dialect, dbapi_connection)
+        raise ConnectionResetError(
+            "the reply to COMMIT was lost" if landed else "the COMMIT was lost"
+        )
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign]
+    try:
+        yield fired
+    finally:
+        del dialect.do_commit

@@ -40,7 +40,7 @@ from sqlalchemy.util import await_only
 
 from backends import connect_pg_admin, fresh_server_database, server_url
 from crash_child import LOOP_TEXT, loop_entries
-from helpers import a_run
+from helpers import a_run, commit_lost
 from lovia_store import (
     AssistantTextEntry,
     Database,
@@ -477,26 +477,6 @@ async def test_a_keyed_raw_log_append_lost_at_commit_is_re_issued_once(
         assert [(r.sequence, r.request_id) for r in records] == [(again, "q1")]
 
 
-@contextlib.contextmanager
-def reply_to_commit_lost(db: Database) -> Iterator[list[int]]:
-    """The next COMMIT lands on the server, then the connection fails before its reply
-    reaches the client (what a primary killed mid-reply does). Yields how many fired."""
-    dialect = db.engine.sync_engine.dialect
-    fired: list[int] = []
-
-    def do_commit(dbapi_connection: Any) -> None:
-        type(dialect).do_commit(dialect, dbapi_connection)
-        if not fired:
-            fired.append(1)
-            raise ConnectionResetError("the reply to COMMIT was lost")
-
-    dialect.do_commit = do_commit  # type: ignore[method-assign]
-    try:
-        yield fired
-    finally:
-        del dialect.do_commit
-
-
 @pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "reply-lost"])
 async def test_lost_commits_of_keyed_writes_are_settled_after_reconnecting(
     server: tuple[str, Kill], landed: bool
@@ -511,7 +491,7 @@ async def test_lost_commits_of_keyed_writes_are_settled_after_reconnecting(
         await runs.append("warm", [], RunHead(agent_name="a"))
 
         def losing() -> contextlib.AbstractContextManager[list[int]]:
-            return reply_to_commit_lost(db) if landed else killing(db, kill, "commit")
+            return commit_lost(db) if landed else killing(db, kill, "commit")
 
         with losing() as lost:
             assert await sessions_.append("alice", a_run("1"), run_id="r1") == "r1"

@@ -12,8 +12,7 @@ MariaDB), and through the lovia drop-in.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from lovia.testing import ScriptedProvider, text
 from sqlalchemy import select, update
 
 from backends import Backend
-from helpers import call, result, say, user
+from helpers import call, commit_lost, result, say, user
 from lovia_store import (
     Agent,
     CheckpointOptions,
@@ -343,31 +342,6 @@ async def test_settling_a_step_looks_at_its_own_tenant(
         return sql_leases.acquired(conn, "b", "run-2", 30.0, lease.lease_id)
 
     assert await b.database.write(acquired) is None
-
-
-@contextlib.contextmanager
-def commit_lost(db: Database, *, landed: bool) -> Iterator[list[int]]:
-    """The next COMMIT fails on the wire: after the server committed it (``landed``) or
-    before it did (rolled back). Yields how many fired."""
-    dialect = db.engine.sync_engine.dialect
-    fired: list[int] = []
-
-    def do_commit(dbapi_connection: Any) -> None:
-        if fired:
-            type(dialect).do_commit(dialect, dbapi_connection)
-            return
-        fired.append(1)
-        if landed:
-            type(dialect).do_commit(dialect, dbapi_connection)
-        else:
-            type(dialect).do_rollback(dialect, dbapi_connection)
-        raise ConnectionResetError("the COMMIT was lost")
-
-    dialect.do_commit = do_commit
-    try:
-        yield fired
-    finally:
-        del dialect.do_commit
 
 
 @pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "reply-lost"])

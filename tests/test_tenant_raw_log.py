@@ -11,8 +11,7 @@ append whose COMMIT reply is lost is settled within its own tenant. On SQLite
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from zett_agent.extensions.compaction import CompactedMessage as ZettCompacted
 from zett_agent.messages import AssistantMessage, UserMessage
 
 from backends import Backend
-from helpers import say, user
+from helpers import commit_lost, say, user
 from lovia_store import (
     CompactedMessage,
     Database,
@@ -193,25 +192,6 @@ async def test_a_settled_key_is_looked_up_in_its_own_tenant(db: Database) -> Non
     assert await db.read(pending(A).stored, tenant=A) == 2
 
 
-@contextlib.contextmanager
-def reply_to_commit_lost(db: Database) -> Iterator[list[int]]:
-    """The next COMMIT lands, then its reply is lost (as tests/test_faults.py does)."""
-    dialect = db.engine.sync_engine.dialect
-    fired: list[int] = []
-
-    def do_commit(dbapi_connection: Any) -> None:
-        type(dialect).do_commit(dialect, dbapi_connection)
-        if not fired:
-            fired.append(1)
-            raise ConnectionResetError("the reply to COMMIT was lost")
-
-    dialect.do_commit = do_commit  # type: ignore[method-assign]
-    try:
-        yield fired
-    finally:
-        del dialect.do_commit
-
-
 async def test_a_keyed_append_whose_commit_reply_is_lost_settles_in_its_tenant(
     sql_backend: Backend, db: Database
 ) -> None:
@@ -220,7 +200,7 @@ async def test_a_keyed_append_whose_commit_reply_is_lost_settles_in_its_tenant(
     a, b = SQLSessionStorage(db, tenant=A), SQLSessionStorage(db, tenant=B)
     await fill(a)
     await b.append(OTHER, "warm", user("warm"))
-    with reply_to_commit_lost(db) as lost:
+    with commit_lost(db) as lost:
         assert await b.append(S, "q", say("charged"), idempotency_key=KEY) == 1
     assert lost
     assert [(r.sequence, r.message) for r in await b.list_raw_messages(S)] == [(1, say("charged"))]
