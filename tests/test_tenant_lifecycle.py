@@ -22,7 +22,15 @@ import pytest
 from sqlalchemy import Connection, func, select, update
 
 from backends import fresh_server_database
-from lovia_store import Database, UserError, upgrade
+from helpers import a_run
+from lovia_store import (
+    Database,
+    InMemoryCheckpointer,
+    InMemorySession,
+    RunHead,
+    UserError,
+    upgrade,
+)
 from lovia_store.cli.app import main
 from lovia_store.db import tables
 from lovia_store.entries import AssistantTextEntry, InputEntry, ToolResultEntry, entry_to_dict
@@ -516,3 +524,24 @@ async def test_a_file_without_tenants_is_of_the_default_tenant(tmp_path: Path) -
             lambda conn: conn.execute(select(func.count()).select_from(tables.sessions)).scalar()
         )
     assert counted == 2
+
+
+async def test_an_in_memory_prune_refuses_a_checkpointer_of_another_tenant() -> None:
+    """The in-memory stores keep one tenant each: pruning acme's sessions with beta's
+    checkpointer would delete beta's runs that name a session id acme also has (and let
+    beta's runs spare acme's sessions). Refused, as a rewind refuses it; nothing changes."""
+    acme, beta = InMemorySession(tenant="acme"), InMemorySession(tenant="beta")
+    beta_runs = InMemoryCheckpointer(tenant="beta")
+    for store in (acme, beta):
+        await store.append("s-1", a_run("1"), run_id="r-1")
+    done = RunHead(agent_name="agent", status="completed")
+    await beta_runs.append("r-1", a_run("c"), done, session_id="s-1")
+    later = datetime.now(UTC) + timedelta(days=1)
+    for options in ({"older_than": later}, {"checkpoints_older_than": later}):
+        with pytest.raises(UserError, match="tenant"):
+            await prune(acme, checkpointer=beta_runs, **options)  # type: ignore[arg-type]
+        assert await acme.load("s-1") == a_run("1")
+        assert await beta_runs.load("r-1") is not None
+    # Its own tenant's checkpointer is taken.
+    report = await prune(beta, checkpointer=beta_runs, older_than=later)
+    assert (report.sessions, report.runs) == (["s-1"], ["r-1"])

@@ -201,7 +201,7 @@ async def prune(
 
     ``target`` is a database (URL, SQLite path, ``Database``, engine) or a store
     on one (its database is borrowed), or an ``InMemorySession`` with its
-    ``InMemoryCheckpointer`` as ``checkpointer``.
+    ``InMemoryCheckpointer`` (of the same tenant) as ``checkpointer``.
 
     One tenant is pruned: ``tenant``, else the store's (or the Database's: the
     default tenant ``""`` unless one was given); ``all_tenants=True`` prunes every
@@ -247,6 +247,12 @@ async def prune(
             raise UserError(
                 f"this InMemorySession holds tenant {own!r} only, not {scope!r}: prune "
                 "the in-memory stores of that tenant"
+            )
+        theirs = getattr(checkpointer, "tenant", own)
+        if theirs != own:  # its runs would be judged (and deleted) by this tenant's ids
+            raise UserError(
+                f"the checkpointer holds tenant {theirs!r}, this InMemorySession tenant "
+                f"{own!r}: prune each tenant's in-memory stores together"
             )
         report = await prune_memory(target, checkpointer, options, dry_run=dry)
         report.tenant = own
