@@ -7,20 +7,41 @@ tool effects). Then every public method of tenant ``b``'s stores is called with
 fingerprint, read through ``a``'s own stores, is the same afterwards). ``b`` then
 writes under the same ids, and each tenant reads back only its own.
 
+Besides the suite's backends, this file runs on PostgreSQL under row-level security
+(``postgres_rls``): the stores log in as a role that owns nothing, on a Database with
+``row_level_security=True`` and the policies on (docs/tenants.md). There a statement
+run without the store's ``tenant=`` sees nothing and may write nothing, so every case
+also proves that each call hands its tenant to the Database.
+
 ``test_every_public_method_has_a_case`` keeps this honest: a public method added
 to a store without a case here fails it. On every backend of the suite.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
-from backends import Backend
+from backends import (
+    ALL_KINDS,
+    CLUSTER_KINDS,
+    Backend,
+    _backend,
+    _empty_pg,
+    _pg_admin,
+    create_pg_database,
+    drop_pg_database,
+)
 from helpers import a_run, result, say, user
 from lovia_store import (
     CompactedMessage,
@@ -32,10 +53,98 @@ from lovia_store import (
     SQLSession,
     SQLSessionStorage,
     UserError,
+    upgrade,
 )
+from lovia_store.db.row_security import enable_row_level_security
+from lovia_store.db.tables import sessions
 from lovia_store.errors import LoviaStoreError, RunOwnershipLost
 
 SID, FORK, RAW, RUN, CALL, KEY = "s-1", "s-fork", "raw-1", "run-1", "call-1", "key-1"
+
+
+# -- PostgreSQL under row-level security: the stores as a role the policies hold ---------
+
+RLS = "postgres_rls"
+RLS_ROLE = "lovia_rls_app"  # tests/test_tenant_rls.py's role: logs in, owns nothing
+
+
+async def _as_owner(url: str, *statements: str) -> None:
+    parsed = make_url(url)
+    conn = await asyncpg.connect(
+        host=parsed.host,
+        port=parsed.port or 5432,
+        user=parsed.username,
+        password=parsed.password,
+        database=parsed.database,
+    )
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _create_rls_database() -> str:
+    """A migrated database with the policies on and the role granted DML only; the
+    owner's URL (the server's test user: a superuser, who passes every policy)."""
+    url = await create_pg_database()
+    await upgrade(url)
+    await _pg_admin(
+        f"DO $$ BEGIN CREATE ROLE {RLS_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS; "
+        "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+    )
+    await _as_owner(
+        url,
+        f"GRANT USAGE ON SCHEMA public TO {RLS_ROLE}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {RLS_ROLE}",
+    )
+    assert len(await enable_row_level_security(url)) == 8
+    return url
+
+
+@pytest.fixture(scope="module")
+def rls_databases() -> Iterator[dict[str, str]]:
+    """The module's one database under the policies, made at first use (owner's URL
+    under ``"owner"``) and dropped after the module: one migration, not one per case."""
+    made: dict[str, str] = {}
+    yield made
+    if "owner" in made:
+        asyncio.run(drop_pg_database(made["owner"]))
+
+
+@contextlib.asynccontextmanager
+async def _under_policies(made: dict[str, str]) -> AsyncIterator[str]:
+    """The role's URL on the module's database under the policies, emptied (by the
+    owner) after; a database left otherwise than it was made is made anew."""
+    if "owner" not in made:
+        made["owner"] = await _create_rls_database()
+    owner = made["owner"]
+    try:
+        yield make_url(owner).set(username=RLS_ROLE, password=None).render_as_string(False)
+    finally:
+        if not await _empty_pg(owner):
+            del made["owner"]
+            await drop_pg_database(owner)
+
+
+@pytest.fixture
+async def rls_url(rls_databases: dict[str, str]) -> AsyncIterator[str]:
+    async with _under_policies(rls_databases) as url:
+        yield url
+
+
+@pytest.fixture(params=[*ALL_KINDS, *CLUSTER_KINDS, pytest.param(RLS, marks=pytest.mark.postgres)])
+async def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, rls_databases: dict[str, str]
+) -> AsyncIterator[Backend]:
+    """The suite's backends (conftest's ``backend``), and PostgreSQL under row-level
+    security as a role that owns nothing (this file's own kind)."""
+    if request.param == RLS:
+        async with _under_policies(rls_databases) as url:
+            yield Backend(RLS, url)
+        return
+    async for value in _backend(request.param, tmp_path):
+        yield value
 
 
 @dataclass
@@ -56,7 +165,12 @@ async def tenants(backend: Backend) -> AsyncIterator[tuple[Tenant, Tenant]]:
         )
         return
     assert backend.target is not None
-    async with Database(backend.target, wal=backend.kind == "sqlite_wal") as db:
+    async with Database(
+        backend.target,
+        wal=backend.kind == "sqlite_wal",
+        row_level_security=backend.kind == RLS,
+        verify_only=backend.kind == RLS,  # the role may not migrate: the owner did
+    ) as db:
         pair = tuple(
             Tenant(
                 n,
@@ -354,3 +468,20 @@ async def test_the_default_tenant_is_the_databases(tmp_path: Any) -> None:
         await acme.append(SID, a_run("1"), run_id="r-1")
         assert await SQLSession(db, tenant="").load(SID) == []
         assert await SQLSession(db, tenant="acme").load(SID) == a_run("1")
+
+
+@pytest.mark.postgres
+async def test_the_row_level_security_kind_is_held_by_the_policies(rls_url: str) -> None:
+    """What makes the ``postgres_rls`` cases proofs: the role passes no policy, so a
+    transaction that names no tenant sees none of the rows a store wrote for its own."""
+    async with Database(rls_url, row_level_security=True, verify_only=True) as db:
+        a = Tenant("a", SQLSession(db, tenant="a"), SQLCheckpointer(db, tenant="a"), None)
+        await fill(a)
+        count = select(func.count()).select_from(sessions)
+        assert await db.read(lambda conn: conn.execute(count).scalar_one(), tenant="a") == 2
+        assert await db.read(lambda conn: conn.execute(count).scalar_one()) == 0
+        with pytest.raises(UserError, match="default tenant"):
+            await SQLSession(db).load(SID)
+    # Without the option nothing sets the tenant: the same store sees nothing.
+    async with Database(rls_url, verify_only=True) as plain:
+        assert await SQLSession(plain, tenant="a").load(SID) == []
