@@ -176,6 +176,15 @@ async def test_a_tenant_is_checked_before_anything_opens(tmp_path: Path) -> None
         await extension.close()
 
 
+def test_a_refused_tenant_creates_no_folder(tmp_path: Path) -> None:
+    """zett's storages create a file's parent folders, but not for a store they refuse."""
+    path = tmp_path / "new" / "never.sqlite3"
+    for build in (zett.SQLiteSessionStorage, zett.SQLiteSessionExtension):
+        with pytest.raises(UserError, match="tenant"):
+            build(path, tenant=7)  # type: ignore[arg-type]
+    assert not path.parent.exists()
+
+
 async def test_a_settled_key_is_looked_up_in_its_own_tenant(db: Database) -> None:
     """What ``append`` runs after a conflict or a lost COMMIT finds only its tenant's key."""
     a = SQLSessionStorage(db, tenant=A)

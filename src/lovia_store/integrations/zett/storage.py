@@ -43,7 +43,7 @@ from ...sessions.raw_log.reads import read_page, read_view
 from ...sessions.raw_log.rules import check_durations, session_row_values
 from ...sessions.raw_log.snapshots import write_snapshot
 from ...sessions.raw_log.storage import default_path
-from ...validation import check_id, check_integer
+from ...validation import check_id, check_integer, check_tenant
 from . import codec, rules
 from .records import records_from_rows, summary_from_row, view_from
 
@@ -339,6 +339,8 @@ class SQLiteSessionStorage(SQLSessionStorage):
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, tenant: str | None = None
     ) -> None:
+        if tenant is not None:
+            check_tenant(tenant)  # before a folder is made for a refused store
         if path is None:
             path = default_target(type(self).__name__, depth=1)
         file = Path(path).expanduser()
