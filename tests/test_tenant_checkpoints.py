@@ -436,7 +436,11 @@ async def test_the_runner_keeps_two_tenants_runs_of_one_id_apart(
     second = await Runner.run(agent("B"), "go", checkpoint=CheckpointOptions(b, RUN))
     assert (first.replayed, first.final_output) == (False, "A")
     assert (second.replayed, second.final_output) == (False, "B")  # not a's run replayed
-    assert keys == [f"a:{RUN}:{CALL}", f"b:{RUN}:{CALL}"]
+    assert keys == [
+        ToolContext(RUN, CALL, 0, tenant="a").idempotency_key,
+        ToolContext(RUN, CALL, 0, tenant="b").idempotency_key,
+    ]
+    assert len(set(keys)) == 2
     again = await Runner.run(agent("never"), "go", checkpoint=CheckpointOptions(a, RUN))
     assert (again.replayed, again.final_output) == (True, "A")
 
@@ -467,7 +471,22 @@ async def test_the_runner_refuses_a_session_of_another_tenant(
 
 def test_the_default_tenant_keeps_the_idempotency_key() -> None:
     assert ToolContext(RUN, CALL, 0).idempotency_key == f"{RUN}:{CALL}"
-    assert ToolContext(RUN, CALL, 0, tenant="t").idempotency_key == f"t:{RUN}:{CALL}"
+
+
+def test_no_two_tenants_share_an_idempotency_key() -> None:
+    """Tenants and ids may hold ':': a key joined by ':' would make these pairs one key."""
+    pairs = [
+        (("acme", "run-1", "call-1"), ("", "acme:run-1", "call-1")),
+        (("a", "b:run-1", "call-1"), ("a:b", "run-1", "call-1")),
+        (("a", "run", "x:call"), ("a", "run:x", "call")),
+    ]
+    for one, other in pairs:
+        keys = {
+            ToolContext(run, call, 0, tenant=t).idempotency_key for t, run, call in (one, other)
+        }
+        assert len(keys) == 2, (one, other)
+    named = ToolContext(RUN, CALL, 0, tenant="t").idempotency_key
+    assert ":" not in named and len(named) == 64  # never a default tenant's run:call
 
 
 # -- the lovia drop-in ----------------------------------------------------------------------

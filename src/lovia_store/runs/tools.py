@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -55,11 +56,15 @@ class ToolContext:
     def idempotency_key(self) -> str:
         """Stable across resumes: hand it to an outside service that deduplicates.
 
-        A named tenant leads it: two tenants' runs may share run and call ids, and an
-        outside service must never take one tenant's call for a repeat of another's."""
-        if self.tenant:
-            return f"{self.tenant}:{self.run_id}:{self.call_id}"
-        return f"{self.run_id}:{self.call_id}"
+        ``run_id:call_id`` in the default tenant. Two tenants' runs may share run and
+        call ids, and ids and tenants may hold ``:``, so a named tenant's key is the
+        SHA-256 of all three, length-prefixed (64 hex digits, no ``:``): it never
+        equals another tenant's key, nor a default tenant's."""
+        if not self.tenant:
+            return f"{self.run_id}:{self.call_id}"
+        parts = (self.tenant, self.run_id, self.call_id)
+        encoded = b"".join(len(p.encode()).to_bytes(4, "big") + p.encode() for p in parts)
+        return hashlib.sha256(encoded).hexdigest()
 
     async def transaction(self, work: Callable[[Any], T]) -> T:
         """Run ``work(connection)`` in one transaction on the checkpoint database that
