@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -403,3 +403,25 @@ def test_the_command_enables_shows_and_disables(
         assert "lovia_sessions: off, no policy" in capsys.readouterr().out
     finally:
         asyncio.run(drop_pg_database(url))
+
+
+@pytest.mark.postgres
+async def test_lifecycle_work_is_refused_on_a_database_held_by_the_policies(
+    tmp_path: Any,
+) -> None:
+    """It sets no tenant: held by the policies it would see nothing and say all is well."""
+    from lovia_store.lifecycle import export, prune
+    from lovia_store.lifecycle.stats import database_stats
+
+    url = server_url("LOVIA_TEST_POSTGRES_URL")
+    db = Database(url, row_level_security=True, verify_only=True)
+    try:
+        for call in (
+            lambda: database_stats(db),
+            lambda: export(db, tmp_path / "out.jsonl"),
+            lambda: prune(db, older_than=timedelta(days=1)),
+        ):
+            with pytest.raises(UserError, match="owner"):
+                await call()
+    finally:
+        await db.close()

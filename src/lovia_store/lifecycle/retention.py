@@ -27,7 +27,7 @@ from typing import Any, Literal
 from ..db.database import Database, as_database
 from ..errors import UserError
 from ..validation import DEFAULT_TENANT
-from .targets import scope_of
+from .targets import refuse_row_level_security, scope_of
 
 __all__ = ["PruneOptions", "PruneReport", "prune"]
 
@@ -263,6 +263,7 @@ async def prune(
             "checkpoints share it"
         )
     database, owned = _database_of(target)
+    refuse_row_level_security(database)
     try:
         from .prune_sql import prune_database, reclaim_space
 

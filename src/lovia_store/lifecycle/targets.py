@@ -52,11 +52,23 @@ def tenant_label(tenant: str) -> str:
     return "the default tenant ('')" if tenant == "" else f"tenant {tenant!r}"
 
 
+def refuse_row_level_security(db: Database) -> None:
+    """Lifecycle work sets no tenant on its transactions: held by the row-level security
+    policies it would see nothing, and say so as if there were nothing. Refused instead."""
+    if db.row_level_security:
+        raise UserError(
+            f"{db.url}: lifecycle operations (copy, export, import, stats, prune, check) run "
+            "as the tables' owner, on a Database without row_level_security "
+            "(docs/tenants.md)"
+        )
+
+
 @contextlib.asynccontextmanager
 async def opened(target: Target, *, verify_only: bool) -> AsyncIterator[Database]:
     """``target`` itself when it is a Database (left open), else a Database opened on it
     and closed after. ``verify_only``: never migrate a database opened here (a source)."""
     if isinstance(target, Database):
+        refuse_row_level_security(target)
         yield target
         return
     db = Database(target, verify_only=verify_only)
