@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from sqlalchemy import Connection, String, bindparam, text
+from sqlalchemy import Connection
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.sql import Executable
@@ -507,21 +507,13 @@ class Database:
             delay = min(delay * 2, 0.5)
 
     def _scoped(self, work: Work[T], tenant: str | None) -> Work[T]:
-        """``work``, first setting ``lovia.tenant`` for its transaction alone under
-        ``row_level_security`` (one statement more, no more transactions).
-
-        The default tenant is refused: a setting that was never made reads back as
-        ``''`` once any transaction on the connection made one, so the policies
-        grant nothing for ``''`` (otherwise forgetting to set it would show the
-        default tenant's rows)."""
+        """``work``, under ``row_level_security`` first setting the tenant the policies
+        read for its transaction alone (``row_security.as_tenant``)."""
         if not self.row_level_security or tenant is None:
             return work
-        if tenant == DEFAULT_TENANT:
-            raise UserError(
-                f"{self.url}: row_level_security=True holds every store to a named tenant; "
-                "the default tenant ('') is the tables' owner's (docs/tenants.md)"
-            )
-        return functools.partial(_as_tenant, work, {"tenant": tenant})
+        from .row_security import as_tenant  # only a Database held by the policies
+
+        return as_tenant(work, tenant, self.url)
 
     async def _settle(self, resolve: Work[T], unknown: OutcomeUnknownError) -> T:
         """Run ``resolve`` after a lost COMMIT until it answers, for up to ``busy_timeout``.
@@ -645,19 +637,3 @@ def _one(
         return [row[0] for row in rows] if first_column else rows
 
     return work
-
-
-# The setting the policies read (db/row_security.py), for this transaction only
-# (is_local): a transaction pooler hands the server connection on at COMMIT, setting gone.
-_SET_TENANT = Prepared.only_on(
-    "postgresql",
-    lambda: text("SELECT set_config('lovia.tenant', :tenant, true)").bindparams(
-        bindparam("tenant", type_=String())
-    ),
-)
-
-
-def _as_tenant(work: Work[T], params: Mapping[str, str], conn: Connection) -> T:
-    """``work`` in a transaction whose first statement sets its tenant."""
-    _SET_TENANT.execute(conn, params)
-    return work(conn)

@@ -25,14 +25,18 @@ SECURITY``; then migrations and all-tenant maintenance see nothing either).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from sqlalchemy import Connection, Table, text
+from sqlalchemy import Connection, String, Table, bindparam, text
 
 from ..errors import UserError
+from ..validation import DEFAULT_TENANT
 from .database import Database, as_database
+from .executors import Work
+from .prepared import Prepared
 from .tables import metadata
 
 if TYPE_CHECKING:
@@ -59,6 +63,34 @@ _CONDITION = f"(tenant = NULLIF(current_setting('{SETTING}', true), ''))"
 
 Target = Database | str | os.PathLike[str]
 T = TypeVar("T")
+
+
+# For this transaction only (is_local): a transaction pooler hands the server
+# connection on at COMMIT, the setting gone with it.
+_SET_TENANT = Prepared.only_on(
+    "postgresql",
+    lambda: text(f"SELECT set_config('{SETTING}', :tenant, true)").bindparams(
+        bindparam("tenant", type_=String())
+    ),
+)
+
+
+def as_tenant(work: Work[T], tenant: str, database: str) -> Work[T]:
+    """``work`` in a transaction whose first statement sets its tenant (one statement
+    more, no more transactions), for a ``Database(row_level_security=True)``.
+
+    The default tenant is refused: under the policies it is the owner's (see above)."""
+    if tenant == DEFAULT_TENANT:
+        raise UserError(
+            f"{database}: row_level_security=True holds every store to a named tenant; "
+            "the default tenant ('') is the tables' owner's (docs/tenants.md)"
+        )
+    return functools.partial(_set_then, work, {"tenant": tenant})
+
+
+def _set_then(work: Work[T], params: Mapping[str, str], conn: Connection) -> T:
+    _SET_TENANT.execute(conn, params)
+    return work(conn)
 
 
 class RowSecurity(NamedTuple):
