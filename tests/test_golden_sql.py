@@ -55,7 +55,7 @@ from lovia_store.sessions import log
 GOLDEN = Path(__file__).resolve().parent / "golden_sql"
 HINT = "python tests/test_golden_sql.py --update"
 PACKAGES = ("lovia_store.sessions", "lovia_store.checkpoints")
-MODULES = ("lovia_store.db.dialect",)
+MODULES = ("lovia_store.db.dialect", "lovia_store.db.contents")
 MARIADB_VERSION = (10, 11, 19)  # the CI server's; only feature checks read it
 
 

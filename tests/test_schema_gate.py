@@ -22,6 +22,7 @@ from lovia_store import (
     upgrade,
 )
 from lovia_store.db.schema import KNOWN_VERSIONS, head_revision
+from lovia_store.db.schema_state import HEAD_REVISION
 
 
 def digest(path: Path) -> str:
@@ -208,9 +209,9 @@ def test_opening_a_current_database_loads_no_alembic(tmp_path: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
-async def test_an_0008_database_is_not_current_and_upgrades_to_0009(tmp_path: Path) -> None:
-    """A database the previous version wrote: ``check`` names both revisions, and
-    ``upgrade`` brings it to 0009 (tenant-keyed) without refusing anything."""
+async def test_an_0008_database_is_not_current_and_upgrades_to_the_head(tmp_path: Path) -> None:
+    """A database an earlier version wrote: ``check`` names both revisions, and
+    ``upgrade`` brings it to the head (0009 tenant-keyed it) without refusing anything."""
     from lovia_store.db.schema import migrate
 
     path = tmp_path / "at-0008.sqlite3"
@@ -218,10 +219,10 @@ async def test_an_0008_database_is_not_current_and_upgrades_to_0009(tmp_path: Pa
         await migrate(db, "0008")
     with pytest.raises(SchemaNotCurrentError) as caught:
         await check(path)
-    assert (caught.value.found, caught.value.expected) == ("0008", "0009")
+    assert (caught.value.found, caught.value.expected) == ("0008", HEAD_REVISION)
     await upgrade(path)
     await check(path)
-    assert sql(path, "SELECT version_num FROM lovia_alembic_version") == [("0009",)]
+    assert sql(path, "SELECT version_num FROM lovia_alembic_version") == [(HEAD_REVISION,)]
     columns = [r[1] for r in sql(path, "PRAGMA table_info(lovia_messages)") if r[5]]
     assert columns == ["tenant", "session_id", "sequence"]
 

@@ -9,6 +9,7 @@ from typing import Any
 __all__ = [
     "ConflictError",
     "CounterMismatchError",
+    "EncryptionKeyError",
     "ForeignRunnerError",
     "JoinedLineageError",
     "LegacyBackupError",
@@ -208,6 +209,18 @@ class StoredValueError(LoviaStoreError, ValueError):
         self.row = row
         key = ", ".join(f"{name}={value!r}" for name, value in row.items())
         super().__init__(f"{message} ({table} row {key}, column {column})")
+
+
+class EncryptionKeyError(StoredValueError):
+    """A stored value is encrypted with a key this Database was not given
+    (``key_id`` names it), or its key does not open it: wrong key, or the value was
+    altered. Names the row; nothing is ever returned undecrypted."""
+
+    def __init__(
+        self, message: str, *, key_id: str, table: str, column: str, row: dict[str, object]
+    ) -> None:
+        self.key_id = key_id
+        super().__init__(message, table=table, column=column, row=row)
 
 
 class CounterMismatchError(LoviaStoreError):

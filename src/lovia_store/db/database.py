@@ -28,6 +28,9 @@ from ..errors import (
     UserError,
 )
 from ..validation import DEFAULT_TENANT, check_tenant
+from .contents import use_codec
+from .documents import DEFAULT_THRESHOLD, DocumentCodec
+from .encryption import KeySource
 from .errors import read_retry_safe, worth_retrying
 from .executors import Executor, Work, is_async_engine
 from .prepared import Prepared, prepare_dialect
@@ -112,6 +115,15 @@ class Database:
     ``tenant`` is the tenant of every store built on this Database without one
     of its own (``""``, the default tenant, when not given): see docs/tenants.md.
 
+    ``compression`` (on by default): a stored document at least
+    ``compression_threshold`` characters long is compressed, and its strings that
+    long (a tool output) are stored once per tenant however many documents hold
+    them (docs/storage.md). ``False`` writes plain JSON text, as before; every
+    database reads either way. ``encryption_keys`` (the ``encryption`` extra)
+    encrypts every stored document (AES-256-GCM): a list of keys, the first of
+    which encrypts and each of which decrypts (so keys rotate: ``lovia-store
+    rekey``), or a function from a tenant to its list.
+
     ``row_level_security=True`` (PostgreSQL only) is for an application role held
     to one tenant by the policies ``enable_row_level_security`` creates: every
     transaction made for a tenant first sets ``lovia.tenant`` for itself alone
@@ -137,9 +149,18 @@ class Database:
         max_replica_lag: float = 5.0,
         tenant: str = DEFAULT_TENANT,
         row_level_security: bool = False,
+        compression: bool = True,
+        compression_threshold: int = DEFAULT_THRESHOLD,
+        encryption_keys: KeySource | None = None,
         **engine_options: Any,
     ) -> None:
         self.tenant = check_tenant(tenant)
+        self.codec = DocumentCodec(
+            compression=compression,
+            threshold=compression_threshold,
+            encryption_keys=encryption_keys,
+        )
+        """How documents are stored (``lovia_store.db.documents``)."""
         """The tenant of the stores built on this Database without their own."""
         if not isinstance(row_level_security, bool):
             raise UserError(f"row_level_security is True or False, not {row_level_security!r}")
@@ -467,9 +488,9 @@ class Database:
         if budget is not None and lock_wait is not None:
             budget = lock_wait
         attempts = 0
+        work = self._scoped(work, tenant)
+        resolve = None if resolve is None else self._scoped(resolve, tenant)
         if self.row_level_security and tenant is not None:
-            work = self._scoped(work, tenant)
-            resolve = None if resolve is None else self._scoped(resolve, tenant)
             single_statement = False
         while True:
             attempts += 1
@@ -507,8 +528,10 @@ class Database:
             delay = min(delay * 2, 0.5)
 
     def _scoped(self, work: Work[T], tenant: str | None) -> Work[T]:
-        """``work``, under ``row_level_security`` first setting the tenant the policies
-        read for its transaction alone (``row_security.as_tenant``)."""
+        """``work`` with this Database's codec on its connection (``contents.use_codec``),
+        under ``row_level_security`` first setting the tenant the policies read for
+        its transaction alone (``row_security.as_tenant``)."""
+        work = functools.partial(_coded, work, self.codec)
         if not self.row_level_security or tenant is None:
             return work
         from .row_security import as_tenant  # only a Database held by the policies
@@ -578,6 +601,11 @@ class Database:
     def __repr__(self) -> str:
         placed = f", schema={self.schema!r}" if self.schema is not None else ""
         return f"Database({self.url!r}{placed})"
+
+
+def _coded(work: Work[T], codec: DocumentCodec, conn: Connection) -> T:
+    use_codec(conn, codec)
+    return work(conn)
 
 
 def _same(engine: AsyncEngine) -> AsyncEngine:

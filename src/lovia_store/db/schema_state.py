@@ -61,7 +61,7 @@ LEGACY_VERSION = 0
 """lovia 0.9's own layout; without our version table, anything newer is refused."""
 
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest revision in ``migrations/versions`` (tests/test_schema_gate.py checks it
 against Alembic's scripts): a current database is recognised without loading Alembic."""
 

@@ -26,10 +26,11 @@ from sqlalchemy import (
     Table,
 )
 
-from .types import Id, JsonText, Tenant, UTCDateTime
+from .types import Bytes, Id, JsonText, Tenant, UTCDateTime
 
 __all__ = [
     "VERSION_TABLE",
+    "contents",
     "messages",
     "metadata",
     "run_entries",
@@ -250,3 +251,20 @@ fenced off. ``lease_id`` is unique per acquisition; ``expires_ms`` is the
 database clock's epoch milliseconds, so hosts' clocks never have to agree.
 The row outlives a released lease: the token must never repeat while the
 run exists."""
+
+contents = Table(
+    "lovia_contents",
+    metadata,
+    _tenant(),
+    Column("digest", String(64), primary_key=True),
+    Column("refs", BigInteger(), nullable=False),
+    Column("size", BigInteger(), nullable=False),
+    Column("data", Bytes, nullable=False),
+)
+"""Large values stored once per tenant (``lovia_store.db.contents``).
+
+A document's long strings (a tool output read ten times) are kept here under
+their digest, compressed (and encrypted), and the document names them.
+``refs`` counts the documents' references: the change that drops the last one
+deletes the row in its own transaction. ``size`` is the value's length as
+text, before compression."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import ARRAY, DateTime, String, Text
+from sqlalchemy import ARRAY, DateTime, LargeBinary, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
@@ -20,6 +20,8 @@ __all__ = [
     "MARIADB_ID_COLLATION",
     "MYSQL_ID_COLLATION",
     "TEXT_ARRAY",
+    "Bytes",
+    "BytesType",
     "Id",
     "IdType",
     "JsonText",
@@ -108,6 +110,27 @@ class JsonTextType(TypeDecorator[str]):
 
 
 JsonText = JsonTextType()
+
+
+class BytesType(TypeDecorator[bytes]):
+    """Bytes: LONGBLOB on MySQL and MariaDB (their BLOB holds 64 KiB), the dialect's
+    binary type elsewhere (BLOB, BYTEA)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            from sqlalchemy.dialects.mysql import LONGBLOB
+
+            return LONGBLOB()
+        return dialect.type_descriptor(LargeBinary())
+
+    def __repr__(self) -> str:
+        return "BytesType()"
+
+
+Bytes = BytesType()
 
 MARIADB_ID_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_ID_COLLATION = "utf8mb4_0900_bin"

@@ -1,0 +1,99 @@
+"""Shared values: ``lovia_contents``, and documents stored compressed, shared or encrypted.
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-12-05
+
+From this revision on a stored document may be in lovia-store's own form
+(``lovia_store.db.documents``: compressed, encrypted, or naming long values kept
+once in ``lovia_contents``) instead of plain JSON text. Every row written before
+reads as it is; nothing is rewritten here (``lovia-store rekey`` converts rows
+when asked). An older lovia-store refuses the database at this revision, so it
+never reads a document it cannot decode.
+
+``lovia_contents``: (tenant, digest) -> how many documents refer to it, its length
+as text, and its bytes (LONGBLOB on MySQL and MariaDB, whose BLOB holds 64 KiB).
+
+The downgrade drops the table. It is refused, with nothing changed, while any
+document is in the new form or any value is shared: ``lovia-store rekey
+--no-compression`` (with no keys) writes every document back as plain JSON text
+first.
+
+Frozen like every revision: names are written out here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+revision: str = "0010"
+down_revision: str | None = "0009"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_TABLE = "lovia_contents"
+MARIADB_COLLATION = "utf8mb4_nopad_bin"
+MYSQL_COLLATION = "utf8mb4_0900_bin"
+
+# Every column that holds a JSON document, by table.
+DOCUMENTS = {
+    "lovia_messages": ("entry_json", "envelope_json", "metadata_json", "tags_json"),
+    "lovia_session_runs": ("meta_json",),
+    "lovia_snapshots": ("summary_json", "envelope_json"),
+    "lovia_run_heads": ("head_json",),
+    "lovia_run_entries": ("entry_json",),
+    "lovia_tool_effects": ("result_json",),
+}
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    if _TABLE in sa.inspect(bind).get_table_names():
+        return  # a run that failed after creating it (MySQL commits each DDL statement)
+    collation = None
+    if bind.dialect.name in ("mysql", "mariadb"):
+        collation = MARIADB_COLLATION if bind.dialect.is_mariadb else MYSQL_COLLATION
+    op.create_table(
+        _TABLE,
+        sa.Column("tenant", sa.String(64, collation=collation), server_default="", nullable=False),
+        sa.Column("digest", sa.String(64, collation=collation), nullable=False),
+        sa.Column("refs", sa.BigInteger(), nullable=False),
+        sa.Column("size", sa.BigInteger(), nullable=False),
+        sa.Column(
+            "data",
+            sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb"),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("tenant", "digest", name="pk_lovia_contents"),
+        mysql_charset="utf8mb4",
+        mysql_collate=collation,
+    )
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    shared = bind.execute(sa.text(f"SELECT 1 FROM {_TABLE} LIMIT 1")).first()
+    encoded = None
+    for table, columns in DOCUMENTS.items():
+        for column in columns:
+            found = bind.execute(
+                sa.text(f"SELECT 1 FROM {table} WHERE {column} LIKE :mark LIMIT 1"),
+                {"mark": "\x01%"},
+            ).first()
+            if found is not None:
+                encoded = f"{table}.{column}"
+                break
+        if encoded is not None:
+            break
+    if shared is not None or encoded is not None:
+        where = encoded or _TABLE
+        raise RuntimeError(
+            f"refusing to downgrade below 0010: documents are stored compressed, shared or "
+            f"encrypted ({where}), which revision 0009 cannot read. Write them back as plain "
+            "JSON first: lovia-store rekey --no-compression (with no encryption keys)"
+        )
+    op.drop_table(_TABLE)

@@ -1,0 +1,9 @@
+-- Golden SQL, mariadb: rendered by tests/test_golden_sql.py, do not edit.
+-- After changing a statement: python tests/test_golden_sql.py --update
+
+-- lovia_store.db.contents:_COUNT (prepared)
+UPDATE lovia_contents SET refs=(lovia_contents.refs + :count) WHERE lovia_contents.tenant = :tenant AND lovia_contents.digest = :digest;
+
+-- lovia_store.db.contents:_DROP_UNREFERENCED (prepared)
+DELETE FROM lovia_contents WHERE lovia_contents.tenant = :tenant AND lovia_contents.digest = :digest AND lovia_contents.refs <= :refs_1;
+-- values: refs_1=0
