@@ -24,6 +24,7 @@ from .errors import (
     ConversionWarning,
     CounterMismatchError,
     DefaultPathWarning,
+    EncryptionKeyError,
     ForeignRunnerError,
     JoinedLineageError,
     LegacyBackupError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from .checkpoints.memory import InMemoryCheckpointer
     from .checkpoints.sql import SQLCheckpointer, SQLiteCheckpointer
     from .db.database import Database
+    from .db.encryption import generate_encryption_key
     from .db.row_security import disable_row_level_security, enable_row_level_security
     from .entries import (
         AssistantTextEntry,
@@ -119,6 +121,7 @@ _LAZY: dict[str, str] = _by_name(
         ".checkpoints.memory": "InMemoryCheckpointer",
         ".checkpoints.sql": "SQLCheckpointer SQLiteCheckpointer",
         ".db.database": "Database",
+        ".db.encryption": "generate_encryption_key",
         ".db.row_security": "disable_row_level_security enable_row_level_security",
         ".entries": "AssistantTextEntry ContentPart FilePart ImagePart InputEntry ReasoningEntry "
         "TextPart ToolCallEntry ToolResultEntry TranscriptEntry Usage drop_dangling_tool_calls "
@@ -157,6 +160,7 @@ __all__ = [
     "DefaultPathWarning",
     "EffectLog",
     "EffectMode",
+    "EncryptionKeyError",
     "FilePart",
     "ForeignRunnerError",
     "ForkOrigin",
@@ -224,5 +228,6 @@ __all__ = [
     "entry_from_dict",
     "entry_to_dict",
     "function_tool",
+    "generate_encryption_key",
     "upgrade",
 ]

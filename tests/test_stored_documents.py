@@ -1,0 +1,272 @@
+"""The stored form of documents (db/documents.py, db/encryption.py) and the shared values
+they name (db/contents.py): exact round trips, sealed values, typed errors."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+
+from backends import fresh_server_database
+from lovia_store import Database, EncryptionKeyError, StoredValueError, UserError
+from lovia_store.db.contents import (
+    read_documents,
+    release_documents,
+    retain_references,
+    store_documents,
+)
+from lovia_store.db.documents import MARK, SHARED_MARK, DocumentCodec, references
+from lovia_store.db.encryption import generate_encryption_key
+from lovia_store.db.tables import contents
+
+KEY_A = generate_encryption_key()
+KEY_B = generate_encryption_key()
+WHERE = ("lovia_messages", "entry_json", lambda index: {"session_id": "s", "index": index})
+
+texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts
+    | st.text(alphabet='ab"\\\n\u00e9\u2028\U0001f600', min_size=60, max_size=400),
+    lambda children: st.lists(children, max_size=6)
+    | st.dictionaries(texts, children, max_size=6),
+    max_leaves=30,
+)
+
+
+def _round_trip(codec: DocumentCodec, tenant: str, text: str, *, shareable: bool) -> str:
+    encoded = codec.encode(tenant, text, shareable=shareable)
+    return codec.decode(tenant, encoded.text, dict(encoded.shared), WHERE, 0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values, shareable=st.booleans(), sealed=st.booleans())
+def test_every_document_reads_back_as_written(value: Any, shareable: bool, sealed: bool) -> None:
+    codec = DocumentCodec(threshold=64, encryption_keys=[KEY_A] if sealed else None)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert _round_trip(codec, "tenant", text, shareable=shareable) == text
+
+
+def test_a_short_document_stays_plain_json_unless_sealed() -> None:
+    text = '{"type":"input","text":"hello"}'
+    assert DocumentCodec().encode("", text) == (text, ())
+    sealed = DocumentCodec(encryption_keys=[KEY_A]).encode("", text).text
+    assert sealed.startswith(MARK + "e") and "hello" not in sealed
+
+
+def test_a_long_string_is_shared_and_its_document_compressed() -> None:
+    output = "def main():\n    return 42\n" * 200
+    text = orjson.dumps({"type": "tool_result", "call_id": "c1", "output": output}).decode()
+    codec = DocumentCodec()
+    encoded = codec.encode("", text, shareable=True)
+    assert encoded.text.startswith(SHARED_MARK) and "return 42" not in encoded.text
+    [(digest, value)] = encoded.shared
+    assert value == orjson.dumps(output).decode()
+    assert digest == hashlib.sha256(value.encode()).hexdigest()
+    assert references(encoded.text) == [digest]
+    # Not shareable (a head, a snapshot): compressed in place.
+    inline = codec.encode("", text)
+    assert inline.shared == () and inline.text.startswith(MARK + "z")
+    assert len(inline.text) < len(text) / 5
+
+
+def test_text_that_does_not_compress_is_kept_as_it_is() -> None:
+    noise = orjson.dumps({"blob": base64.b64encode(random.Random(1).randbytes(3000)).decode()}).decode()
+    assert DocumentCodec(threshold=64).encode("", noise) == (noise, ())
+
+
+def test_compression_off_writes_plain_json_and_still_reads_every_form() -> None:
+    text = orjson.dumps({"output": "abc " * 1000}).decode()
+    stored = DocumentCodec().encode("", text, shareable=True)
+    plain = DocumentCodec(compression=False)
+    assert plain.encode("", text, shareable=True) == (text, ())
+    assert plain.decode("", stored.text, dict(stored.shared)) == text
+
+
+def test_keys_rotate_the_first_seals_every_one_opens() -> None:
+    text = orjson.dumps({"secret": "the launch code is 0000"}).decode()
+    old = DocumentCodec(encryption_keys=[KEY_A]).encode("t", text).text
+    rotated = DocumentCodec(encryption_keys=[KEY_B, KEY_A])
+    assert rotated.decode("t", old, {}) == text
+    assert not rotated.is_current("t", old)
+    assert rotated.is_current("t", rotated.encode("t", text).text)
+    with pytest.raises(EncryptionKeyError) as caught:
+        DocumentCodec(encryption_keys=[KEY_B]).decode("t", old, {}, WHERE, 3)
+    assert caught.value.key_id == old.split("\x1f")[1]
+    assert caught.value.row == {"session_id": "s", "index": 3}
+    assert caught.value.table == "lovia_messages"
+    with pytest.raises(EncryptionKeyError):
+        DocumentCodec().decode("t", old, {}, WHERE, 0)
+
+
+def test_a_sealed_document_opens_only_for_its_tenant_and_unaltered() -> None:
+    codec = DocumentCodec(threshold=64, encryption_keys=[KEY_A])
+    text = orjson.dumps({"output": "private " * 40, "n": 1}).decode()
+    encoded = codec.encode("alice", text, shareable=True)
+    shared = dict(encoded.shared)
+    with pytest.raises(EncryptionKeyError):
+        codec.decode("bob", encoded.text, shared, WHERE, 0)
+    flags, key_id, refs, body = encoded.text[1:].split("\x1f")
+    flipped = body[:10] + ("A" if body[10] != "A" else "B") + body[11:]
+    for altered in (
+        f"{MARK}{flags}\x1f{key_id}\x1f{refs}\x1f{flipped}",
+        f"{MARK}{flags}\x1f{key_id}\x1f{refs.replace(':', ':1', 1)}\x1f{body}",
+    ):
+        with pytest.raises(EncryptionKeyError):
+            codec.decode("alice", altered, shared, WHERE, 0)
+    # A shared value is sealed too, under a digest that is no plain hash of it.
+    [(digest, value)] = encoded.shared
+    assert digest != hashlib.sha256(value.encode()).hexdigest()
+    packed = codec.pack("alice", digest, value)
+    assert b"private" not in packed
+    assert codec.unpack("alice", digest, packed) == value
+    with pytest.raises(EncryptionKeyError):
+        codec.unpack("bob", digest, packed)
+
+
+def test_a_key_provider_gives_each_tenant_its_keys() -> None:
+    keys = {"alice": [KEY_A], "bob": [KEY_B]}
+    asked: list[str] = []
+
+    def provider(tenant: str) -> list[str]:
+        asked.append(tenant)
+        return keys[tenant]
+
+    codec = DocumentCodec(encryption_keys=provider)
+    text = '{"a":1}'
+    sealed = codec.encode("alice", text).text
+    assert codec.decode("alice", sealed, {}) == text
+    assert codec.encode("alice", text).text.split("\x1f")[1] == sealed.split("\x1f")[1]
+    assert asked == ["alice"]  # asked once per tenant
+    with pytest.raises(EncryptionKeyError):
+        codec.decode("bob", sealed, {}, WHERE, 0)
+    with pytest.raises(UserError, match="tenant 'carol'"):
+        codec.encode("carol", text)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "\x01q\x1f\x1f\x1f{}",
+        "\x01z\x1f\x1f\x1fnot base64!",
+        "\x01z\x1f\x1f\x1f" + "aGVsbG8=",  # base64, not zlib
+        "\x01r\x1f\x1fdeadbeef:0\x1f{}",  # names a value not stored
+        "\x01",
+    ],
+)
+def test_a_damaged_document_is_a_stored_value_error_naming_its_row(stored: str) -> None:
+    with pytest.raises(StoredValueError) as caught:
+        DocumentCodec().decode("", stored, {}, WHERE, 7)
+    assert caught.value.row == {"session_id": "s", "index": 7}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"compression": "yes"}, "compression is True or False"),
+        ({"threshold": 10}, "at least 64"),
+        ({"encryption_keys": []}, "empty"),
+        ({"encryption_keys": KEY_A}, "a list of keys"),
+        ({"encryption_keys": [b"short"]}, "32 bytes"),
+        ({"encryption_keys": ["not*base64"]}, "not base64"),
+        ({"encryption_keys": [KEY_A, KEY_A]}, "twice"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        DocumentCodec(**options)
+
+
+def test_keys_without_the_cryptography_package_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    with pytest.raises(UserError, match=r"lovia-store\[encryption\]"):
+        DocumentCodec(encryption_keys=[KEY_A])
+
+
+# -- shared values in the database --------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "stored.sqlite3")
+        return
+    async with fresh_server_database(request.param) as url:
+        yield url
+
+
+async def _counts(db: Database) -> list[tuple[str, str, int]]:
+    return list(
+        await db.read(
+            lambda conn: [
+                tuple(row)
+                for row in conn.execute(
+                    select(contents.c.tenant, contents.c.digest, contents.c.refs).order_by(
+                        contents.c.tenant, contents.c.digest
+                    )
+                )
+            ]
+        )
+    )
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["compressed", "encrypted"])
+async def test_a_value_is_stored_once_and_deleted_with_its_last_reference(
+    database_url: str, sealed: bool
+) -> None:
+    keys = [KEY_A] if sealed else None
+    output = "line of a file\n" * 300
+    doc = orjson.dumps({"type": "tool_result", "call_id": "c", "output": output}).decode()
+    other = orjson.dumps({"type": "tool_result", "call_id": "d", "output": output}).decode()
+    async with Database(database_url, encryption_keys=keys) as db:
+        stored = await db.write(
+            lambda conn: store_documents(conn, "t", [doc, other, None, "{}"], shareable=True)
+        )
+        [(tenant, digest, refs)] = await _counts(db)
+        assert (tenant, refs) == ("t", 2)
+        assert all(output not in text for text in stored if text)
+        read = await db.read(lambda conn: read_documents(conn, "t", stored, WHERE))
+        assert read == [doc, other, None, "{}"]
+        # The same value in another tenant is that tenant's own row.
+        await db.write(lambda conn: store_documents(conn, "u", [doc], shareable=True))
+        assert [(t, r) for t, _, r in await _counts(db)] == [("t", 2), ("u", 1)]
+        # A copy (a fork) counts its references once more.
+        await db.write(lambda conn: retain_references(conn, "t", stored[:1]))
+        assert [(t, r) for t, _, r in await _counts(db)] == [("t", 3), ("u", 1)]
+        await db.write(lambda conn: release_documents(conn, "t", stored[:2]))
+        assert [(t, r) for t, _, r in await _counts(db)] == [("t", 1), ("u", 1)]
+        await db.write(lambda conn: release_documents(conn, "t", stored[:1]))
+        assert [t for t, _, _ in await _counts(db)] == ["u"]
+        with pytest.raises(StoredValueError, match="not stored"):
+            await db.read(lambda conn: read_documents(conn, "t", stored, WHERE))
+
+
+async def test_a_release_rolled_back_keeps_the_value(database_url: str) -> None:
+    doc = orjson.dumps({"output": "x" * 5000}).decode()
+    async with Database(database_url) as db:
+        stored = await db.write(lambda conn: store_documents(conn, "", [doc], shareable=True))
+
+        def release_then_fail(conn: Any) -> None:
+            release_documents(conn, "", stored)
+            raise RuntimeError("the change that dropped the reference failed")
+
+        with pytest.raises(RuntimeError):
+            await db.write(release_then_fail)
+        assert [r for _, _, r in await _counts(db)] == [1]
+        assert await db.read(lambda conn: read_documents(conn, "", stored)) == [doc]
