@@ -42,8 +42,7 @@ json_values = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | texts
     | st.text(alphabet='ab"\\\n\u00e9\u2028\U0001f600', min_size=60, max_size=400),
-    lambda children: st.lists(children, max_size=6)
-    | st.dictionaries(texts, children, max_size=6),
+    lambda children: st.lists(children, max_size=6) | st.dictionaries(texts, children, max_size=6),
     max_leaves=30,
 )
 
@@ -85,7 +84,8 @@ def test_a_long_string_is_shared_and_its_document_compressed() -> None:
 
 
 def test_text_that_does_not_compress_is_kept_as_it_is() -> None:
-    noise = orjson.dumps({"blob": base64.b64encode(random.Random(1).randbytes(3000)).decode()}).decode()
+    blob = base64.b64encode(random.Random(1).randbytes(3000)).decode()
+    noise = orjson.dumps({"blob": blob}).decode()
     assert DocumentCodec(threshold=64).encode("", noise) == (noise, ())
 
 
@@ -238,7 +238,7 @@ async def test_a_value_is_stored_once_and_deleted_with_its_last_reference(
         stored = await db.write(
             lambda conn: store_documents(conn, "t", [doc, other, None, "{}"], shareable=True)
         )
-        [(tenant, digest, refs)] = await _counts(db)
+        [(tenant, _, refs)] = await _counts(db)
         assert (tenant, refs) == ("t", 2)
         assert all(output not in text for text in stored if text)
         read = await db.read(lambda conn: read_documents(conn, "t", stored, WHERE))
