@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from .dialect import upsert
+from .dialect import capabilities, upsert
 from .documents import MARK, SHARED_MARK, DocumentCodec, references
 from .prepared import Prepared, per_dialect
 from .tables import contents
@@ -146,6 +146,13 @@ def _retain_statement(dialect: str) -> Prepared:
         "size": bindparam("size"),
         "data": bindparam("data", type_=contents.c.data.type),
     }
+    if not capabilities(dialect).returning:
+        # MySQL: the increment is the inserted row's (a bound parameter after VALUES
+        # breaks the driver's multi-row executemany).
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        insert = mysql_insert(contents).values(values)
+        return Prepared(insert.on_duplicate_key_update(refs=contents.c.refs + insert.inserted.refs))
     changes = {"refs": contents.c.refs + bindparam("refs")}
     return Prepared(upsert(dialect, contents, values, changes, (contents.c.refs,)))
 
