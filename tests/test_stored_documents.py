@@ -253,6 +253,9 @@ async def test_a_value_is_stored_once_and_deleted_with_its_last_reference(
         assert [(t, r) for t, _, r in await _counts(db)] == [("t", 1), ("u", 1)]
         await db.write(lambda conn: release_documents(conn, "t", stored[:1]))
         assert [t for t, _, _ in await _counts(db)] == ["u"]
+    # A reference whose value is gone (a release too many: damage) is named. (A new
+    # Database: one that read or wrote the value keeps it a while, by its digest.)
+    async with Database(database_url, encryption_keys=keys) as db:
         with pytest.raises(StoredValueError, match="not stored"):
             await db.read(lambda conn: read_documents(conn, "t", stored, WHERE))
 

@@ -162,6 +162,7 @@ def retain_shared(conn: Connection, tenant: str, encoding: Encoding) -> None:
     if not encoding.shared:
         return
     codec = codec_of(conn)
+    codec.remember(tenant, {digest: value for digest, (_, value) in encoding.shared.items()})
     # Sorted: two transactions counting the same values lock them in one order.
     rows = [
         {
@@ -281,8 +282,9 @@ def _value_at(tenant: str, digest: str) -> Where:
 def _fetch(
     conn: Connection, tenant: str, codec: DocumentCodec, digests: set[str], where: Where | None
 ) -> dict[str, str]:
-    found: dict[str, str] = {}
-    ordered = sorted(digests)
+    found = codec.recall(tenant, digests)
+    ordered = sorted(digests - found.keys())
+    read: dict[str, str] = {}
     for start in range(0, len(ordered), _FETCH_BATCH):
         batch = ordered[start : start + _FETCH_BATCH]
         rows = conn.execute(
@@ -291,6 +293,7 @@ def _fetch(
             )
         )
         for digest, data in rows:
-            value_where = _value_at(tenant, digest)
-            found[digest] = codec.unpack(tenant, digest, bytes(data), value_where)
+            read[digest] = codec.unpack(tenant, digest, bytes(data), _value_at(tenant, digest))
+    codec.remember(tenant, read)
+    found.update(read)
     return found

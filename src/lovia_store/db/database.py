@@ -118,7 +118,7 @@ class Database:
     ``compression`` (on by default): a stored document at least
     ``compression_threshold`` characters long is compressed, and its strings that
     long (a tool output) are stored once per tenant however many documents hold
-    them (docs/storage.md). ``False`` writes plain JSON text, as before; every
+    them (docs/documents.md). ``False`` writes plain JSON text, as before; every
     database reads either way. ``encryption_keys`` (the ``encryption`` extra)
     encrypts every stored document (AES-256-GCM): a list of keys, the first of
     which encrypts and each of which decrypts (so keys rotate: ``lovia-store
