@@ -247,15 +247,18 @@ def read_documents(
 def decode_unshared(
     codec: DocumentCodec, tenant: str, stored: Sequence[S], where: Where | None = None
 ) -> list[S] | None:
-    """``read_documents`` outside a transaction (a one-statement read): None when a
-    document names shared values, which must then be read in the transaction that
-    reads its row (``read_documents``), or a concurrent release may have deleted them."""
+    """``read_documents`` outside a transaction (a one-statement read), from the shared
+    values this Database read or wrote lately. None when a document names a value it
+    does not hold: then read again inside a transaction (``read_documents``), or a
+    concurrent release may have deleted the value meanwhile."""
     if not any(text is not None and text.startswith(MARK) for text in stored):
         return list(stored)
-    if any(text is not None and text.startswith(SHARED_MARK) for text in stored):
+    digests = {digest for text in stored if text is not None for digest in references(text)}
+    shared = codec.recall(tenant, digests) if digests else {}
+    if len(shared) < len(digests):
         return None
     return [
-        text if text is None else codec.decode(tenant, text, {}, where, index)  # type: ignore[misc]
+        text if text is None else codec.decode(tenant, text, shared, where, index)  # type: ignore[misc]
         for index, text in enumerate(stored)
     ]
 

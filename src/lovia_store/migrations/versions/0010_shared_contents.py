@@ -56,7 +56,8 @@ def upgrade() -> None:
         return  # a run that failed after creating it (MySQL commits each DDL statement)
     collation = None
     if bind.dialect.name in ("mysql", "mariadb"):
-        collation = MARIADB_COLLATION if bind.dialect.is_mariadb else MYSQL_COLLATION
+        mariadb = getattr(bind.dialect, "is_mariadb", False)
+        collation = MARIADB_COLLATION if mariadb else MYSQL_COLLATION
     op.create_table(
         _TABLE,
         sa.Column("tenant", sa.String(64, collation=collation), server_default="", nullable=False),
