@@ -43,6 +43,23 @@ SELECT lovia_messages.session_id, lovia_messages.sequence, lovia_messages.reques
 FROM lovia_messages
 WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.sequence > :boundary::BIGINT ORDER BY lovia_messages.sequence;
 
+-- lovia_store.sessions.raw_log.session_rows:_DELETE_MESSAGES
+DELETE FROM lovia_messages WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR;
+
+-- lovia_store.sessions.raw_log.session_rows:_DELETE_RUNS
+DELETE FROM lovia_session_runs WHERE lovia_session_runs.tenant = :tenant::VARCHAR AND lovia_session_runs.session_id = :sid::VARCHAR;
+
+-- lovia_store.sessions.raw_log.session_rows:_DELETE_SESSION
+DELETE FROM lovia_sessions WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :sid::VARCHAR;
+
+-- lovia_store.sessions.raw_log.session_rows:_DELETE_SNAPSHOTS
+DELETE FROM lovia_snapshots WHERE lovia_snapshots.tenant = :tenant::VARCHAR AND lovia_snapshots.session_id = :sid::VARCHAR;
+
+-- lovia_store.sessions.raw_log.session_rows:_LOCKED
+SELECT lovia_sessions.session_id
+FROM lovia_sessions
+WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :sid::VARCHAR FOR UPDATE;
+
 -- lovia_store.sessions.raw_log.session_rows:_MESSAGE_COUNT
 SELECT lovia_sessions.message_count
 FROM lovia_sessions
@@ -52,3 +69,9 @@ WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :
 SELECT lovia_sessions.session_id, lovia_sessions.parent_session_id, lovia_sessions.session_type, lovia_sessions.title, lovia_sessions.agent_name, lovia_sessions.message_count, lovia_sessions.created_at, lovia_sessions.updated_at, lovia_sessions.forked_from_session_id, lovia_sessions.forked_at_entry
 FROM lovia_sessions
 WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :sid::VARCHAR;
+
+-- lovia_store.sessions.raw_log.stored:_SHARING_ENTRIES
+SELECT lovia_messages.entry_json
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND (lovia_messages.entry_json LIKE :entry_json_1::VARCHAR || '%' ESCAPE '/');
+-- values: entry_json_1='\x01r'

@@ -3,7 +3,9 @@
 The write never reads the history: ``append_message`` (``sessions/log.py``)
 reserves the next sequence on the session row (creating it on first use, with its display
 values) in the upsert that also takes the row lock, and returns the stored
-parent, which must be the one the caller named.
+parent, which must be the one the caller named. The row's documents go in as
+stored (``stored.py``), and the long values its entry shares are counted after
+that lock, in the same transaction.
 
 A row is a ``Projection`` (the transcript entry, or entries, lovia's view
 shows for the message) plus what is stored beside it. Our own API builds it
@@ -19,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
+from ...db.contents import retain_shared
 from ...db.prepared import Prepared
 from ...db.tables import messages, sessions
 from ...entries import (
@@ -45,6 +48,7 @@ from .rules import (
     encode_object,
     session_row_values,
 )
+from .stored import encode_message
 
 __all__ = ["ParentMismatch", "PendingMessage", "Projection", "projection_of"]
 
@@ -216,7 +220,9 @@ class PendingMessage:
         already = self.stored(conn)
         if already is not None:
             return already
-        bumped = append_message(conn, tenant, sid, self.row, create=self.create)
+        row, shared = encode_message(conn, tenant, self.row)
+        bumped = append_message(conn, tenant, sid, row, create=self.create)
+        retain_shared(conn, tenant, shared)  # the session's row first, then its values
         if bumped.parent_session_id != self.parent:
             # Raising rolls the reservation back with everything else.
             raise self.on_parent_mismatch(sid, bumped.parent_session_id, self.parent)

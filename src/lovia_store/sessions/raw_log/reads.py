@@ -26,6 +26,7 @@ from ...db.dialect import capabilities
 from ...db.tables import messages, sessions, snapshots
 from .models import SessionView
 from .records import RECORD_COLUMNS, SNAPSHOT_COLUMNS, records_from_rows, snapshot_from_row
+from .stored import decode_records, read_records, read_snapshot
 
 __all__ = [
     "Found",
@@ -175,7 +176,7 @@ def fetch_page(
         return []
     if offset and capabilities(conn).subquery_limits:
         params = _page_params(tenant, session_id, lower, through_sequence, limit, skip)
-        return conn.execute(_OFFSET_PAGE, params).all()
+        return read_records(conn, tenant, conn.execute(_OFFSET_PAGE, params).all())
     if offset:
         density = conn.execute(_DENSITY, {"tenant": tenant, "sid": session_id}).first()
         if density is None:
@@ -185,8 +186,7 @@ def fetch_page(
     if through_sequence is not None and lower >= through_sequence:
         return []
     params = _page_params(tenant, session_id, lower, through_sequence, limit, skip)
-    rows: Sequence[Any] = conn.execute(_PAGE, params).all()
-    return rows
+    return read_records(conn, tenant, conn.execute(_PAGE, params).all())
 
 
 async def read_page(
@@ -200,8 +200,9 @@ async def read_page(
     offset: int,
     stale: bool = False,
 ) -> Sequence[Any]:
-    """One page's rows: one statement where it takes one, else a read transaction;
-    ``stale``: a read replica may answer."""
+    """One page's rows, documents decoded: one statement where it takes one, else (or
+    when a document shares values, read with its rows) a read transaction; ``stale``: a
+    read replica may answer."""
     single = page_in_one_statement(
         database.dialect,
         tenant,
@@ -212,7 +213,10 @@ async def read_page(
         offset=offset,
     )
     if single is not None:
-        return await database.read_one(*single, stale=stale, tenant=tenant)
+        rows = await database.read_one(*single, stale=stale, tenant=tenant)
+        decoded = decode_records(database.codec, tenant, rows)
+        if decoded is not None:
+            return decoded
 
     def work(conn: Connection) -> Sequence[Any]:
         return fetch_page(
@@ -233,15 +237,16 @@ Found = tuple[Any, Any, Sequence[Any]]
 
 
 def fetch_view(conn: Connection, tenant: str, session_id: str) -> Found | None:
-    """The session row, its latest snapshot and the rows after its boundary (None: no session)."""
+    """The session row, its latest snapshot and the rows after its boundary, documents
+    decoded (None: no session)."""
     key = {"tenant": tenant, "sid": session_id}
     head = conn.execute(_HEAD, key).first()
     if head is None:
         return None
     latest = conn.execute(_LATEST_SNAPSHOT, key).first()
     boundary = 0 if latest is None else latest.compacted_through_sequence
-    tail = conn.execute(_TAIL, {**key, "boundary": boundary})
-    return head, latest, tail.all()
+    tail = conn.execute(_TAIL, {**key, "boundary": boundary}).all()
+    return head, read_snapshot(conn, tenant, latest), read_records(conn, tenant, tail)
 
 
 async def read_view(database: Database, tenant: str, session_id: str) -> Found | None:

@@ -16,13 +16,14 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, bindparam, select, update
+from sqlalchemy import delete as delete_rows
 
 from ...db.database import Database
 from ...db.dialect import insert_ignore
-from ...db.tables import sessions
+from ...db.tables import messages, session_runs, sessions, snapshots
 from ...db.types import utcnow
-from ..rewind import delete_session_rows
 from .records import SUMMARY_COLUMNS
+from .stored import release_session
 
 __all__ = ["create", "delete", "message_count", "page", "summary", "update_display"]
 
@@ -30,6 +31,18 @@ s = sessions.c
 _SCOPED = (s.tenant == bindparam("tenant"), s.session_id == bindparam("sid"))
 _SUMMARY = select(*SUMMARY_COLUMNS).where(*_SCOPED)
 _MESSAGE_COUNT = select(s.message_count).where(*_SCOPED)
+_LOCKED = select(s.session_id).where(*_SCOPED).with_for_update()
+# What a session owns, then its row (whose deletion says whether it existed).
+_DELETE_MESSAGES = delete_rows(messages).where(
+    messages.c.tenant == bindparam("tenant"), messages.c.session_id == bindparam("sid")
+)
+_DELETE_RUNS = delete_rows(session_runs).where(
+    session_runs.c.tenant == bindparam("tenant"), session_runs.c.session_id == bindparam("sid")
+)
+_DELETE_SNAPSHOTS = delete_rows(snapshots).where(
+    snapshots.c.tenant == bindparam("tenant"), snapshots.c.session_id == bindparam("sid")
+)
+_DELETE_SESSION = delete_rows(sessions).where(*_SCOPED)
 
 
 async def create(
@@ -86,10 +99,20 @@ async def update_display(
 
 
 async def delete(database: Database, tenant: str, session_id: str) -> bool:
-    """Delete the session, its raw messages and snapshots; True when it existed."""
+    """Delete the session, its raw messages and snapshots; True when it existed.
+
+    The session's row is locked first (as an append takes it: no message joins the
+    session meanwhile), then what its messages share is released, then its rows go,
+    all in one transaction."""
 
     def work(conn: Connection) -> bool:
-        return delete_session_rows(conn, tenant, session_id)
+        key = {"tenant": tenant, "sid": session_id}
+        if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+            conn.execute(_LOCKED, key)
+        release_session(conn, tenant, session_id)
+        for statement in (_DELETE_MESSAGES, _DELETE_RUNS, _DELETE_SNAPSHOTS):
+            conn.execute(statement, key)
+        return bool(conn.execute(_DELETE_SESSION, key).rowcount)
 
     return await database.write(work, tenant=tenant)
 

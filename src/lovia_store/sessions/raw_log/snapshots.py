@@ -21,6 +21,7 @@ from ...db.types import utcnow
 from ...errors import SnapshotConflictError, UserError
 from .ids import new_uuid7
 from .models import CompactedMessage, ContextSnapshot
+from .stored import store_snapshot
 
 __all__ = ["SnapshotWording", "write_snapshot"]
 
@@ -103,6 +104,9 @@ def write_snapshot(
         created_at=now,
         updated_at=now,
     )
+    summary_json, envelope_json = store_snapshot(
+        conn, tenant, summary.model_dump_json(), envelope_json
+    )
     conn.execute(
         snapshots.insert().values(
             tenant=tenant,
@@ -110,7 +114,7 @@ def write_snapshot(
             version=snapshot.version,
             snapshot_id=snapshot.id,
             compacted_through_sequence=boundary,
-            summary_json=summary.model_dump_json(),
+            summary_json=summary_json,
             envelope_json=envelope_json,
             created_at=now,
             updated_at=now,
