@@ -3,9 +3,10 @@
 The envelope is what zett-agent writes in ``raw_messages.message_json``:
 ``{"kind": K, "data": dataclasses.asdict(message)}``, written character for
 character as zett's own codec (``encode_messages``) writes it, so a message
-reads back equal and a row holds the same text zett would have written. The
-projection, the transcript entries lovia's view shows for it, comes from the envelope
-(``envelopes.py`` beside this module, which adopted zett files go through
+reads back equal and a row holds the same text zett would have written (compressed,
+sealed as the Database says: ``sessions/raw_log/stored.py`` encodes and decodes it).
+The projection, the transcript entries lovia's view shows for it, comes from the
+envelope (``envelopes.py`` beside this module, which adopted zett files go through
 too). Rows written by lovia's API have no envelope: their entry is turned
 into the zett message that says the same.
 """

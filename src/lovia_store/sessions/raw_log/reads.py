@@ -11,7 +11,8 @@ holes; there the page falls back to ``OFFSET`` over the same index range.
 Where the dialect takes subqueries in LIMIT/OFFSET (SQLite, PostgreSQL), the
 density check rides in the page's own statement. Every statement is scoped to the
 caller's tenant (bound as ``tenant``): another tenant's session of the same id is
-not this one.
+not this one. Rows come out with their documents decoded (``stored.py``), the
+values they share read in the transaction that read them.
 """
 
 from __future__ import annotations
