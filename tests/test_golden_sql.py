@@ -132,6 +132,11 @@ def _density_first(caps: Capabilities) -> bool:
 # Statements that run on some backends only, by the capability their caller checks
 # (rendered elsewhere as a comment saying so). Each name must exist.
 RUNS_WHERE: dict[str, Runs] = {
+    "lovia_store.checkpoints.sql:_DELETE_DOCUMENTS_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.checkpoints.sql:_DELETE_EFFECTS": _portable,
+    "lovia_store.checkpoints.sql:_DELETE_ENTRIES": _portable,
+    "lovia_store.checkpoints.sql:_REFERENCING_EFFECTS": _portable,
+    "lovia_store.checkpoints.sql:_REFERENCING_ENTRIES": _portable,
     "lovia_store.checkpoints.sql_steps:_APPEND_IN_ONE_STATEMENT": _one_statement,
     "lovia_store.checkpoints.sql_steps:_APPEND_LINKING_IN_ONE_STATEMENT": _one_statement,
     "lovia_store.checkpoints.sql_steps:_INSERT_ENTRIES": _portable,

@@ -9,6 +9,12 @@ A checkpointer works for one tenant (``tenant=``, else its Database's): a run,
 its entries, lease and tool effects are keyed by (tenant, run id), every
 statement names the tenant, and every transaction is run for it (row-level
 security on PostgreSQL), so the same run id in two tenants is two runs.
+
+Heads, entries and tool outcomes are stored through the Database's codec
+(``lovia_store.db.contents``): compressed, sealed, and for entries and outcomes
+(which hold tool outputs) their long values stored once. Every read decodes in
+its own transaction; every change that drops entries or outcomes releases their
+shared values in the same transaction.
 """
 
 from __future__ import annotations
@@ -18,10 +24,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import uuid4
 
-from sqlalchemy import BigInteger, Connection, bindparam, delete, select
+from sqlalchemy import BigInteger, Connection, bindparam, delete, or_, select, union_all
+from sqlalchemy.sql.elements import BindParameter
 
 from .._lovia_guard import refuse_lovias_runner
-from ..db.dialect import insert_ignore, prepare_insert_ignore
+from ..db.contents import (
+    codec_of,
+    encode_documents,
+    has_references,
+    release_documents,
+    retain_shared,
+)
+from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore
+from ..db.prepared import Prepared
 from ..db.store import SQLStore, StoreTarget
 from ..db.tables import run_entries, run_heads, tool_effects
 from ..db.types import utcnow
@@ -49,7 +64,7 @@ from .contract import (
     summary_of,
 )
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
-from .sql_steps import ENTRY_COUNT, append_step, settle_step
+from .sql_steps import ENTRY_COUNT, append_step, read_stored, settle_step
 
 __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
@@ -69,14 +84,64 @@ _EFFECTS = select(fx.call_id, fx.tool_name, fx.started_at, fx.result_json).where
 )
 
 
+_TENANT: BindParameter[str] = bindparam("tenant")
+_RUN_IDS: BindParameter[list[str]] = bindparam("run_ids", expanding=True)
+
+
+def _deleted_documents_in_one_statement() -> Any:
+    """PostgreSQL: the runs' entries and effects deleted by one statement, which
+    returns the documents among them that name shared values: exactly the rows it
+    deleted (a row written meanwhile is deleted and returned, or left whole)."""
+    gone = [
+        delete(table)
+        .where(table.c.tenant == _TENANT, table.c.run_id.in_(_RUN_IDS))
+        .returning(column.label("document"))
+        .cte(f"gone_{name}")
+        for table, column, name in (
+            (run_entries, e.entry_json, "entries"),
+            (tool_effects, fx.result_json, "effects"),
+        )
+    ]
+    return union_all(*(select(g.c.document).where(has_references(g.c.document)) for g in gone))
+
+
+_DELETE_DOCUMENTS_IN_ONE_STATEMENT = _deleted_documents_in_one_statement()
+# Elsewhere: the documents that name shared values, locked (on MariaDB the locking
+# read also keeps a row from being added to these runs meanwhile; SQLite's writer
+# is alone), then the rows.
+_REFERENCING_ENTRIES = (
+    select(e.entry_json)
+    .where(e.tenant == _TENANT, e.run_id.in_(_RUN_IDS), has_references(e.entry_json))
+    .with_for_update()
+)
+_REFERENCING_EFFECTS = (
+    select(fx.result_json)
+    .where(fx.tenant == _TENANT, fx.run_id.in_(_RUN_IDS), has_references(fx.result_json))
+    .with_for_update()
+)
+_DELETE_ENTRIES = delete(run_entries).where(e.tenant == _TENANT, e.run_id.in_(_RUN_IDS))
+_DELETE_EFFECTS = delete(tool_effects).where(fx.tenant == _TENANT, fx.run_id.in_(_RUN_IDS))
+_DELETE_HEADS = delete(run_heads).where(h.tenant == _TENANT, h.run_id.in_(_RUN_IDS))
+
+
 def delete_runs(conn: Connection, tenant: str, run_ids: Sequence[str]) -> None:
     """Drop these runs of ``tenant`` (their checkpoints, effects, idle leases) inside the
-    caller's transaction; the same ids in other tenants are left alone."""
-    if run_ids:
-        conn.execute(delete(run_entries).where(e.tenant == tenant, e.run_id.in_(run_ids)))
-        conn.execute(delete(tool_effects).where(fx.tenant == tenant, fx.run_id.in_(run_ids)))
-        conn.execute(delete(run_heads).where(h.tenant == tenant, h.run_id.in_(run_ids)))
-        sql_leases.drop_idle(conn, tenant, list(run_ids))
+    caller's transaction, releasing the shared values their entries and outcomes
+    named (last: contents are the last rows a transaction locks); the same ids in
+    other tenants are left alone."""
+    if not run_ids:
+        return
+    key = {"tenant": tenant, "run_ids": list(run_ids)}
+    if capabilities(conn).one_statement_writes:
+        released = list(conn.execute(_DELETE_DOCUMENTS_IN_ONE_STATEMENT, key).scalars())
+    else:
+        released = list(conn.execute(_REFERENCING_ENTRIES, key).scalars())
+        released += conn.execute(_REFERENCING_EFFECTS, key).scalars()
+        conn.execute(_DELETE_ENTRIES, key)
+        conn.execute(_DELETE_EFFECTS, key)
+    conn.execute(_DELETE_HEADS, key)
+    sql_leases.drop_idle(conn, tenant, list(run_ids))
+    release_documents(conn, tenant, released)
 
 
 class SQLCheckpointer(SQLStore):
@@ -163,15 +228,22 @@ class SQLCheckpointer(SQLStore):
         return RunSnapshot.from_parts(run_id, entries, head)
 
     async def load_documents(self, run_id: str) -> tuple[str, list[str]] | None:
-        """``load`` as the stored head JSON and entry documents, or None."""
+        """``load`` as the head JSON and entry documents that were written, or None.
+
+        Decoded in the read's transaction: the shared values they name are read
+        in the same snapshot as the rows (a release may delete them after)."""
         check_id(run_id, "run_id")
-        key = {"tenant": self.tenant, "run_id": run_id}
+        tenant = self.tenant
+        key = {"tenant": tenant, "run_id": run_id}
 
         def work(conn: Connection) -> tuple[str, list[str]] | None:
             head = conn.execute(_HEAD, key).scalar()
             if head is None:
                 return None
-            return head, list(conn.execute(_ENTRIES, key).scalars())
+            documents = list(conn.execute(_ENTRIES, key).scalars())
+            [head] = read_stored(conn, tenant, [head], _head_of(run_id))
+            where = rows_of("lovia_run_entries", "run_id", run_id)
+            return head, read_stored(conn, tenant, documents, where)
 
         return await self.database.read(work, tenant=self.tenant)
 
@@ -205,17 +277,22 @@ class SQLCheckpointer(SQLStore):
             .offset(bindparam("offset", offset, type_=BigInteger))
         )
 
-        def work(conn: Connection) -> list[Any]:
-            return list((conn.execute(query)).all())
+        tenant = self.tenant
+
+        def work(conn: Connection) -> list[tuple[Any, Any]]:
+            rows = list((conn.execute(query)).all())
+            where: Where = ("lovia_run_heads", "head_json", lambda i: {"run_id": rows[i].run_id})
+            heads = read_stored(conn, tenant, [row.head_json for row in rows], where)
+            return list(zip(rows, heads, strict=True))
 
         return [
             summary_of(
                 row.run_id,
-                stored_model(RunHead, row.head_json, _head_of(row.run_id)),
+                stored_model(RunHead, head_json, _head_of(row.run_id)),
                 row.entry_count,
                 row.updated_at,
             )
-            for row in await self.database.read(work, tenant=self.tenant)
+            for row, head_json in await self.database.read(work, tenant=tenant)
         ]
 
     # -- leases (see RunLeases) ----------------------------------------------------------
@@ -261,21 +338,21 @@ class SQLCheckpointer(SQLStore):
     async def tool_effects(self, run_id: str) -> dict[str, ToolEffect]:
         """What is recorded of this run's tool calls, by call id."""
         check_id(run_id, "run_id")
-        key = {"tenant": self.tenant, "run_id": run_id}
+        tenant = self.tenant
+        key = {"tenant": tenant, "run_id": run_id}
 
-        def work(conn: Connection) -> list[Any]:
-            return list((conn.execute(_EFFECTS, key)).all())
+        def work(conn: Connection) -> list[tuple[Any, Any]]:
+            rows = list((conn.execute(_EFFECTS, key)).all())
+            where = _effects_of(run_id, [row.call_id for row in rows])
+            results = read_stored(conn, tenant, [row.result_json for row in rows], where)
+            return list(zip(rows, results, strict=True))
 
         effects = {}
-        for row in await self.database.read(work, tenant=self.tenant):
+        for row, result_json in await self.database.read(work, tenant=tenant):
             outcome = None
-            if row.result_json is not None:
-                where: Where = (
-                    "lovia_tool_effects",
-                    "result_json",
-                    _effect_key(run_id, row.call_id),
-                )
-                outcome = stored_model(ToolResultEntry, row.result_json, where)
+            if result_json is not None:
+                where = _effects_of(run_id, [row.call_id])
+                outcome = stored_model(ToolResultEntry, result_json, where)
             effects[row.call_id] = ToolEffect(
                 call_id=row.call_id,
                 tool_name=row.tool_name,
@@ -322,11 +399,7 @@ class SQLCheckpointer(SQLStore):
             value = _as_host(conn, work)
             document = _outcome_document(outcome(value))
             insert_ignore(conn, tool_effects, _effect_row(tenant, run_id, call_id, tool_name))
-            conn.execute(
-                tool_effects.update()
-                .where(fx.tenant == tenant, fx.run_id == run_id, fx.call_id == call_id)
-                .values(result_json=document)
-            )
+            _record_outcome(conn, tenant, run_id, call_id, document)
             return value
 
         return await self.database.write(transaction, tenant=tenant)
@@ -340,6 +413,39 @@ def _outcome_document(entry: Any) -> str:
         raise UserError(f"outcome must return a ToolResultEntry, not {type(entry).__name__}")
     check_entry_values(entry, "run_effect's outcome")
     return entry.model_dump_json()
+
+
+# UPDATE reserves bind names equal to column names: these are prefixed.
+_EFFECT = (
+    fx.tenant == bindparam("effect_tenant"),
+    fx.run_id == bindparam("effect_run"),
+    fx.call_id == bindparam("effect_call"),
+)
+_RECORD_OUTCOME = Prepared(
+    tool_effects.update()
+    .where(*_EFFECT, or_(fx.result_json.is_(None), ~has_references(fx.result_json)))
+    .values(result_json=bindparam("result"))
+)
+_REPLACED_OUTCOME = select(fx.result_json).where(*_EFFECT).with_for_update()
+_REPLACE_OUTCOME = Prepared(
+    tool_effects.update().where(*_EFFECT).values(result_json=bindparam("result"))
+)
+
+
+def _record_outcome(conn: Connection, tenant: str, run_id: str, call_id: str, text: str) -> None:
+    """Store the call's outcome (its row exists). One statement, unless an outcome
+    recorded before names shared values: those are released once the new one's
+    are counted (a value both name is kept, not deleted and stored again)."""
+    encoding = encode_documents(codec_of(conn), tenant, [text], shareable=True)
+    key = {"effect_tenant": tenant, "effect_run": run_id, "effect_call": call_id}
+    values = key | {"result": encoding.stored[0]}
+    if _RECORD_OUTCOME.execute(conn, values).rowcount:
+        retain_shared(conn, tenant, encoding)
+        return
+    replaced = conn.execute(_REPLACED_OUTCOME, key).scalar()
+    _REPLACE_OUTCOME.execute(conn, values)
+    retain_shared(conn, tenant, encoding)
+    release_documents(conn, tenant, [replaced])
 
 
 def _as_host(conn: Connection, work: Callable[[Connection], Any]) -> Any:
@@ -376,5 +482,9 @@ def _head_of(run_id: str) -> Where:
     return "lovia_run_heads", "head_json", lambda _: {"run_id": run_id}
 
 
-def _effect_key(run_id: str, call_id: str) -> Callable[[int], dict[str, object]]:
-    return lambda _: {"run_id": run_id, "call_id": call_id}
+def _effects_of(run_id: str, call_ids: Sequence[str]) -> Where:
+    return (
+        "lovia_tool_effects",
+        "result_json",
+        lambda i: {"run_id": run_id, "call_id": call_ids[i]},
+    )

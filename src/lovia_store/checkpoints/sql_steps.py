@@ -7,24 +7,31 @@ portable path stands beside it, and ``capabilities`` picks between them.
 
 A run is keyed by its tenant and its id: every statement here names both (the
 ``tenant`` bind parameter), so the same run id in two tenants is two runs.
+
+Documents go through the Database's codec (``lovia_store.db.contents``): the
+head is compressed or sealed like any document, the entries (which hold tool
+outputs) also share their long values, counted after the rows are written, so
+contents are always the last rows a step locks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import ARRAY, BigInteger, Connection, String, Text, bindparam, func, select, true
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
+from .._json import Where
+from ..db.contents import codec_of, encode_documents, read_documents, retain_shared
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
 from ..db.prepared import Prepared, per_dialect
 from ..db.tables import run_entries, run_heads
 from ..db.types import UTCDateTime, utcnow
 
-__all__ = ["ENTRY_COUNT", "append_step", "settle_step"]
+__all__ = ["ENTRY_COUNT", "append_step", "read_stored", "settle_step"]
 
 h = run_heads.c
 
@@ -116,7 +123,15 @@ def append_step(
     documents: Sequence[str],
     session_id: str | None = None,
 ) -> None:
-    """Replace the head and add the entries at the positions its upsert reserved."""
+    """Replace the head and add the entries at the positions its upsert reserved.
+
+    ``head_json`` and ``documents`` are the texts written; they are stored as the
+    connection's codec says (the head holds no shared values: nothing to release
+    when it is replaced)."""
+    codec = codec_of(conn)
+    head_json = encode_documents(codec, tenant, [head_json]).stored[0]
+    entries = encode_documents(codec, tenant, documents, shareable=True)
+    documents = entries.stored
     params = {
         "tenant": tenant,
         "run_id": run_id,
@@ -130,17 +145,33 @@ def append_step(
     if capabilities(conn).one_statement_writes:
         step = _APPEND_LINKING_IN_ONE_STATEMENT if links_session else _APPEND_IN_ONE_STATEMENT
         step.execute(conn, params | {"documents": list(documents)})
-        return
-    result = _prepared_upsert(conn.dialect.name, links_session).execute(conn, params)
-    if not capabilities(conn).returning:  # read the locked row back
-        result = ENTRY_COUNT.execute(conn, {"tenant": tenant, "run_id": run_id})
-    last = int(result.scalar_one())
-    if documents:
-        first = last - len(documents) + 1
-        rows = [
-            {"position": first + i, "entry_json": document} for i, document in enumerate(documents)
+    else:
+        result = _prepared_upsert(conn.dialect.name, links_session).execute(conn, params)
+        if not capabilities(conn).returning:  # read the locked row back
+            result = ENTRY_COUNT.execute(conn, {"tenant": tenant, "run_id": run_id})
+        last = int(result.scalar_one())
+        if documents:
+            first = last - len(documents) + 1
+            rows = [
+                {"position": first + i, "entry_json": document}
+                for i, document in enumerate(documents)
+            ]
+            _INSERT_ENTRIES.execute(conn, {"tenant": tenant, "run_id": run_id}, rows)
+    retain_shared(conn, tenant, entries)
+
+
+def read_stored(conn: Connection, tenant: str, stored: Sequence[Any], where: Where) -> list[Any]:
+    """``read_documents``, letting bytes through as they are: a row another program
+    wrote as bytes (SQLite) is no stored form, and the JSON reader refuses it,
+    naming the row."""
+    try:
+        return read_documents(conn, tenant, stored, where)
+    except TypeError:  # bytes.startswith(str): rare, so not checked for beforehand
+        texts = [text if isinstance(text, str) else None for text in stored]
+        read = read_documents(conn, tenant, texts, where)
+        return [
+            text if isinstance(raw, str) else raw for text, raw in zip(read, stored, strict=True)
         ]
-        _INSERT_ENTRIES.execute(conn, {"tenant": tenant, "run_id": run_id}, rows)
 
 
 _LOCKED_HEAD = (
@@ -167,14 +198,29 @@ prepare_insert_ignore(run_heads, _EMPTY_HEAD)
 def _landed(
     conn: Connection, tenant: str, run_id: str, head_json: str, documents: Sequence[str]
 ) -> bool:
-    """Whether the run ends with this step: its head, then its entries, last."""
+    """Whether the run ends with this step: its head, then its entries, last (compared
+    as written: an encrypted document is sealed anew each time)."""
     key = {"tenant": tenant, "run_id": run_id}
     head = conn.execute(_LOCKED_HEAD, key).first()
-    if head is None or head.head_json != head_json:
+    if head is None:
         return False
     after = head.entry_count - len(documents)
+    if after < 0 or read_stored(conn, tenant, [head.head_json], _head_of(run_id)) != [head_json]:
+        return False
     tail = conn.execute(_TAIL, key | {"after": after}).scalars().all()
-    return after >= 0 and list(tail) == list(documents)
+    return read_stored(conn, tenant, tail, _tail_of(run_id, after)) == list(documents)
+
+
+def _head_of(run_id: str) -> Where:
+    return "lovia_run_heads", "head_json", lambda _: {"run_id": run_id}
+
+
+def _tail_of(run_id: str, after: int) -> Where:
+    return (
+        "lovia_run_entries",
+        "entry_json",
+        lambda i: {"run_id": run_id, "position": after + 1 + i},
+    )
 
 
 def settle_step(
@@ -196,7 +242,8 @@ def settle_step(
     if _landed(conn, tenant, run_id, head_json, documents):
         return
     now = utcnow()
-    values = (tenant, run_id, status, head_json, 0, now, now)
+    stored_head = encode_documents(codec_of(conn), tenant, [head_json]).stored[0]
+    values = (tenant, run_id, status, stored_head, 0, now, now)
     empty = dict(zip(_EMPTY_HEAD, values, strict=True))
     if not insert_ignore(conn, run_heads, empty) and _landed(
         conn, tenant, run_id, head_json, documents
