@@ -27,9 +27,11 @@ from sqlalchemy.sql.dml import Insert
 from .._json import Where
 from ..db.contents import codec_of, encode_documents, read_documents, retain_shared
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
+from ..db.documents import DocumentCodec, references
 from ..db.prepared import Prepared, per_dialect
-from ..db.tables import run_entries, run_heads
+from ..db.tables import contents, run_entries, run_heads
 from ..db.types import UTCDateTime, utcnow
+from ..errors import EncryptionKeyError, StoredValueError
 
 __all__ = ["ENTRY_COUNT", "append_step", "read_stored", "settle_step"]
 
@@ -129,9 +131,11 @@ def append_step(
     connection's codec says (the head holds no shared values: nothing to release
     when it is replaced)."""
     codec = codec_of(conn)
-    head_json = encode_documents(codec, tenant, [head_json]).stored[0]
-    entries = encode_documents(codec, tenant, documents, shareable=True)
-    documents = entries.stored
+    entries = None
+    if not _as_written(codec, head_json, documents):
+        head_json = encode_documents(codec, tenant, [head_json]).stored[0]
+        entries = encode_documents(codec, tenant, documents, shareable=True)
+        documents = entries.stored
     params = {
         "tenant": tenant,
         "run_id": run_id,
@@ -157,21 +161,63 @@ def append_step(
                 for i, document in enumerate(documents)
             ]
             _INSERT_ENTRIES.execute(conn, {"tenant": tenant, "run_id": run_id}, rows)
-    retain_shared(conn, tenant, entries)
+    if entries is not None:
+        retain_shared(conn, tenant, entries)
+
+
+def _as_written(codec: DocumentCodec, head_json: str, documents: Sequence[str]) -> bool:
+    """Whether a step is stored as written: no keys, nothing long (most steps). One
+    check instead of two encodings: a step costs tens of microseconds."""
+    if codec.encrypts:
+        return False
+    if not codec.compression:
+        return True
+    threshold = codec.threshold
+    return len(head_json) < threshold and all(len(text) < threshold for text in documents)
 
 
 def read_stored(conn: Connection, tenant: str, stored: Sequence[Any], where: Where) -> list[Any]:
-    """``read_documents``, letting bytes through as they are: a row another program
-    wrote as bytes (SQLite) is no stored form, and the JSON reader refuses it,
-    naming the row."""
+    """``read_documents``, with two cases named as this module's readers need.
+
+    A shared value that does not read (a wrong key) is named by the first document
+    that refers to it, which is the row a caller can look up. Bytes (a row another
+    program wrote on SQLite) are no stored form: let through as they are, for the
+    JSON reader to refuse naming the row."""
     try:
         return read_documents(conn, tenant, stored, where)
     except TypeError:  # bytes.startswith(str): rare, so not checked for beforehand
+        if all(text is None or isinstance(text, str) for text in stored):
+            raise
         texts = [text if isinstance(text, str) else None for text in stored]
-        read = read_documents(conn, tenant, texts, where)
+        read = read_stored(conn, tenant, texts, where)
         return [
             text if isinstance(raw, str) else raw for text, raw in zip(read, stored, strict=True)
         ]
+    except StoredValueError as exc:
+        named = _named_by_document(exc, stored, where)
+        if named is exc:
+            raise
+        raise named from exc
+
+
+def _named_by_document(
+    exc: StoredValueError, stored: Sequence[Any], where: Where
+) -> StoredValueError:
+    """``exc`` about a shared value, named by the first of ``stored`` that refers to it."""
+    digest = exc.row.get("digest") if exc.table == contents.name else None
+    referring = [
+        i for i, text in enumerate(stored) if isinstance(text, str) and digest in references(text)
+    ]
+    if digest is None or not referring:
+        return exc
+    index = referring[0]
+    table, column, key_of = where
+    message = f"a shared value it names ({digest}) does not read: {exc.args[0]}"
+    if isinstance(exc, EncryptionKeyError):
+        return EncryptionKeyError(
+            message, key_id=exc.key_id, table=table, column=column, row=key_of(index)
+        )
+    return StoredValueError(message, table=table, column=column, row=key_of(index))
 
 
 _LOCKED_HEAD = (
