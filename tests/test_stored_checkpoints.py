@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from lovia_store import (
     TranscriptEntry,
     function_tool,
 )
-from lovia_store.db.documents import MARK
+from lovia_store.db.documents import MARK, references
 from lovia_store.db.encryption import EncryptionKey, generate_encryption_key
 from lovia_store.db.tables import contents, run_entries, run_heads, tool_effects
 from lovia_store.errors import EncryptionKeyError
@@ -255,6 +256,48 @@ async def test_a_rewind_releases_the_checkpoints_it_deletes(url: str, mode: str)
         await session.append("s", snapshot.entries, run_id="r1")
         assert await session.rewind("s", keep_entries=0, checkpointer=cp) == len(snapshot.entries)
         assert await cp.load("r1") is None
+        assert await shared_values(db, "t") == {}
+
+
+async def assert_counts_match(db: Database, tenant: str) -> None:
+    """Each shared value counts exactly the references the stored rows make to it."""
+
+    def work(conn: Any) -> tuple[Counter[str], dict[str, int]]:
+        made: Counter[str] = Counter()
+        for column in (run_entries.c.entry_json, tool_effects.c.result_json):
+            for (text,) in conn.execute(select(column).where(column.table.c.tenant == tenant)):
+                made.update(references(text or ""))
+        query = select(contents.c.digest, contents.c.refs).where(contents.c.tenant == tenant)
+        return made, {digest: int(refs) for digest, refs in conn.execute(query)}
+
+    made, counted = await db.read(work)
+    assert counted == dict(made)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_runs_written_and_deleted_at_once_keep_every_count(url: str, mode: str) -> None:
+    """Workers append steps and outcomes naming the same value while others delete
+    their runs (and each other's, mid-write): no count is lost or leaked."""
+    async with Database(url, tenant="t", **MODES[mode]) as db:
+        cp = SQLCheckpointer(db)
+
+        async def worker(i: int) -> None:
+            run_id = f"w{i}"
+            for step in range(3):
+                await cp.append(run_id, [result(f"c{step}", BIG)], head(step + 1))
+                if i % 3 == 2:
+                    await cp.delete(f"w{i - 1}")  # a neighbour's run, mid-write
+            await cp.run_effect(run_id, "c0", "read", lambda _: BIG, lambda v: result("c0", v))
+            if i % 2:
+                await cp.delete(run_id)
+
+        await asyncio.gather(*(worker(i) for i in range(8)))
+        await assert_counts_match(db, "t")
+        assert await shared_values(db, "t") != {}
+        for summary in await cp.list_runs():
+            await cp.delete(summary.run_id)
+        for i in range(8):  # outcomes of runs whose head a neighbour deleted first
+            await cp.delete(f"w{i}")
         assert await shared_values(db, "t") == {}
 
 

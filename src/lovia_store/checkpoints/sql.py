@@ -86,32 +86,45 @@ _EFFECTS = select(fx.call_id, fx.tool_name, fx.started_at, fx.result_json).where
 
 _TENANT: BindParameter[str] = bindparam("tenant")
 _RUN_IDS: BindParameter[list[str]] = bindparam("run_ids", expanding=True)
+_HEADS: BindParameter[list[str]] = bindparam("heads", expanding=True)
+"""The runs whose heads the delete locked: only their entries and heads go."""
 
 
 def _deleted_documents_in_one_statement() -> Any:
     """PostgreSQL: the runs' entries and effects deleted by one statement, which
     returns the documents among them that name shared values: exactly the rows it
-    deleted (a row written meanwhile is deleted and returned, or left whole)."""
+    deleted (an outcome recorded meanwhile, which takes no head, is deleted and
+    returned, or left whole)."""
     gone = [
         delete(table)
-        .where(table.c.tenant == _TENANT, table.c.run_id.in_(_RUN_IDS))
+        .where(table.c.tenant == _TENANT, table.c.run_id.in_(runs))
         .returning(column.label("document"))
         .cte(f"gone_{name}")
-        for table, column, name in (
-            (run_entries, e.entry_json, "entries"),
-            (tool_effects, fx.result_json, "effects"),
+        for table, column, name, runs in (
+            (run_entries, e.entry_json, "entries", _HEADS),
+            (tool_effects, fx.result_json, "effects", _RUN_IDS),
         )
     ]
     return union_all(*(select(g.c.document).where(has_references(g.c.document)) for g in gone))
 
 
+# First, the heads (in one order): an append takes its run's head first, so one under
+# way is waited for (its entries then seen and deleted) and a later one waits for the
+# delete. A head made meanwhile (PostgreSQL locks no gaps) is a run begun after the
+# delete: it and its entries are left whole.
+_LOCK_HEADS = (
+    select(h.run_id)
+    .where(h.tenant == _TENANT, h.run_id.in_(_RUN_IDS))
+    .order_by(h.run_id)
+    .with_for_update()
+)
 _DELETE_DOCUMENTS_IN_ONE_STATEMENT = _deleted_documents_in_one_statement()
 # Elsewhere: the documents that name shared values, locked (on MariaDB the locking
-# read also keeps a row from being added to these runs meanwhile; SQLite's writer
-# is alone), then the rows.
+# read also keeps an outcome from being added to these runs meanwhile; SQLite's
+# writer is alone), then the rows.
 _REFERENCING_ENTRIES = (
     select(e.entry_json)
-    .where(e.tenant == _TENANT, e.run_id.in_(_RUN_IDS), has_references(e.entry_json))
+    .where(e.tenant == _TENANT, e.run_id.in_(_HEADS), has_references(e.entry_json))
     .with_for_update()
 )
 _REFERENCING_EFFECTS = (
@@ -119,9 +132,9 @@ _REFERENCING_EFFECTS = (
     .where(fx.tenant == _TENANT, fx.run_id.in_(_RUN_IDS), has_references(fx.result_json))
     .with_for_update()
 )
-_DELETE_ENTRIES = delete(run_entries).where(e.tenant == _TENANT, e.run_id.in_(_RUN_IDS))
+_DELETE_ENTRIES = delete(run_entries).where(e.tenant == _TENANT, e.run_id.in_(_HEADS))
 _DELETE_EFFECTS = delete(tool_effects).where(fx.tenant == _TENANT, fx.run_id.in_(_RUN_IDS))
-_DELETE_HEADS = delete(run_heads).where(h.tenant == _TENANT, h.run_id.in_(_RUN_IDS))
+_DELETE_HEADS = delete(run_heads).where(h.tenant == _TENANT, h.run_id.in_(_HEADS))
 
 
 def delete_runs(conn: Connection, tenant: str, run_ids: Sequence[str]) -> None:
@@ -132,14 +145,17 @@ def delete_runs(conn: Connection, tenant: str, run_ids: Sequence[str]) -> None:
     if not run_ids:
         return
     key = {"tenant": tenant, "run_ids": list(run_ids)}
+    key["heads"] = list(conn.execute(_LOCK_HEADS, key).scalars())
     if capabilities(conn).one_statement_writes:
         released = list(conn.execute(_DELETE_DOCUMENTS_IN_ONE_STATEMENT, key).scalars())
     else:
-        released = list(conn.execute(_REFERENCING_ENTRIES, key).scalars())
-        released += conn.execute(_REFERENCING_EFFECTS, key).scalars()
-        conn.execute(_DELETE_ENTRIES, key)
+        released = list(conn.execute(_REFERENCING_EFFECTS, key).scalars())
+        if key["heads"]:
+            released += conn.execute(_REFERENCING_ENTRIES, key).scalars()
+            conn.execute(_DELETE_ENTRIES, key)
         conn.execute(_DELETE_EFFECTS, key)
-    conn.execute(_DELETE_HEADS, key)
+    if key["heads"]:
+        conn.execute(_DELETE_HEADS, key)
     sql_leases.drop_idle(conn, tenant, list(run_ids))
     release_documents(conn, tenant, released)
 

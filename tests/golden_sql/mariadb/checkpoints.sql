@@ -8,10 +8,10 @@
 DELETE FROM lovia_tool_effects WHERE lovia_tool_effects.tenant = :tenant AND lovia_tool_effects.run_id IN (__[POSTCOMPILE_run_ids]);
 
 -- lovia_store.checkpoints.sql:_DELETE_ENTRIES
-DELETE FROM lovia_run_entries WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id IN (__[POSTCOMPILE_run_ids]);
+DELETE FROM lovia_run_entries WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id IN (__[POSTCOMPILE_heads]);
 
 -- lovia_store.checkpoints.sql:_DELETE_HEADS
-DELETE FROM lovia_run_heads WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id IN (__[POSTCOMPILE_run_ids]);
+DELETE FROM lovia_run_heads WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id IN (__[POSTCOMPILE_heads]);
 
 -- lovia_store.checkpoints.sql:_EFFECTS
 SELECT lovia_tool_effects.call_id, lovia_tool_effects.tool_name, lovia_tool_effects.started_at, lovia_tool_effects.result_json
@@ -28,6 +28,11 @@ SELECT lovia_run_heads.head_json
 FROM lovia_run_heads
 WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id = :run_id;
 
+-- lovia_store.checkpoints.sql:_LOCK_HEADS
+SELECT lovia_run_heads.run_id
+FROM lovia_run_heads
+WHERE lovia_run_heads.tenant = :tenant AND lovia_run_heads.run_id IN (__[POSTCOMPILE_run_ids]) ORDER BY lovia_run_heads.run_id FOR UPDATE;
+
 -- lovia_store.checkpoints.sql:_RECORD_OUTCOME (prepared)
 UPDATE lovia_tool_effects SET result_json=:result WHERE lovia_tool_effects.tenant = :effect_tenant AND lovia_tool_effects.run_id = :effect_run AND lovia_tool_effects.call_id = :effect_call AND (lovia_tool_effects.result_json IS NULL OR (lovia_tool_effects.result_json NOT LIKE concat(:result_json_1, '%') ESCAPE '/'));
 -- values: result_json_1='\x01r'
@@ -41,7 +46,7 @@ WHERE lovia_tool_effects.tenant = :tenant AND lovia_tool_effects.run_id IN (__[P
 -- lovia_store.checkpoints.sql:_REFERENCING_ENTRIES
 SELECT lovia_run_entries.entry_json
 FROM lovia_run_entries
-WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id IN (__[POSTCOMPILE_run_ids]) AND (lovia_run_entries.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/') FOR UPDATE;
+WHERE lovia_run_entries.tenant = :tenant AND lovia_run_entries.run_id IN (__[POSTCOMPILE_heads]) AND (lovia_run_entries.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/') FOR UPDATE;
 -- values: entry_json_1='\x01r'
 
 -- lovia_store.checkpoints.sql:_REPLACED_OUTCOME

@@ -3,7 +3,7 @@
 
 -- lovia_store.checkpoints.sql:_DELETE_DOCUMENTS_IN_ONE_STATEMENT
 WITH gone_entries AS
-(DELETE FROM lovia_run_entries WHERE lovia_run_entries.tenant = :tenant::VARCHAR AND lovia_run_entries.run_id IN (__[POSTCOMPILE_run_ids]) RETURNING lovia_run_entries.entry_json AS document),
+(DELETE FROM lovia_run_entries WHERE lovia_run_entries.tenant = :tenant::VARCHAR AND lovia_run_entries.run_id IN (__[POSTCOMPILE_heads]) RETURNING lovia_run_entries.entry_json AS document),
 gone_effects AS
 (DELETE FROM lovia_tool_effects WHERE lovia_tool_effects.tenant = :tenant::VARCHAR AND lovia_tool_effects.run_id IN (__[POSTCOMPILE_run_ids]) RETURNING lovia_tool_effects.result_json AS document)
  SELECT gone_entries.document
@@ -20,7 +20,7 @@ WHERE (gone_effects.document LIKE :document_2::VARCHAR || '%' ESCAPE '/');
 -- not run on postgresql (runs where: not one_statement_writes)
 
 -- lovia_store.checkpoints.sql:_DELETE_HEADS
-DELETE FROM lovia_run_heads WHERE lovia_run_heads.tenant = :tenant::VARCHAR AND lovia_run_heads.run_id IN (__[POSTCOMPILE_run_ids]);
+DELETE FROM lovia_run_heads WHERE lovia_run_heads.tenant = :tenant::VARCHAR AND lovia_run_heads.run_id IN (__[POSTCOMPILE_heads]);
 
 -- lovia_store.checkpoints.sql:_EFFECTS
 SELECT lovia_tool_effects.call_id, lovia_tool_effects.tool_name, lovia_tool_effects.started_at, lovia_tool_effects.result_json
@@ -36,6 +36,11 @@ WHERE lovia_run_entries.tenant = :tenant::VARCHAR AND lovia_run_entries.run_id =
 SELECT lovia_run_heads.head_json
 FROM lovia_run_heads
 WHERE lovia_run_heads.tenant = :tenant::VARCHAR AND lovia_run_heads.run_id = :run_id::VARCHAR;
+
+-- lovia_store.checkpoints.sql:_LOCK_HEADS
+SELECT lovia_run_heads.run_id
+FROM lovia_run_heads
+WHERE lovia_run_heads.tenant = :tenant::VARCHAR AND lovia_run_heads.run_id IN (__[POSTCOMPILE_run_ids]) ORDER BY lovia_run_heads.run_id FOR UPDATE;
 
 -- lovia_store.checkpoints.sql:_RECORD_OUTCOME (prepared)
 UPDATE lovia_tool_effects SET result_json=:result::VARCHAR WHERE lovia_tool_effects.tenant = :effect_tenant::VARCHAR AND lovia_tool_effects.run_id = :effect_run::VARCHAR AND lovia_tool_effects.call_id = :effect_call::VARCHAR AND (lovia_tool_effects.result_json IS NULL OR (lovia_tool_effects.result_json NOT LIKE :result_json_1::VARCHAR || '%' ESCAPE '/'));
