@@ -32,6 +32,7 @@ from ..db.contents import (
     codec_of,
     encode_documents,
     has_references,
+    read_documents,
     release_documents,
     retain_shared,
 )
@@ -64,7 +65,7 @@ from .contract import (
     summary_of,
 )
 from .leases import DEFAULT_LEASE_TTL, RunLease, check_lease, check_ttl, lease_for
-from .sql_steps import ENTRY_COUNT, append_step, read_stored, settle_step
+from .sql_steps import ENTRY_COUNT, append_step, settle_step
 
 __all__ = ["SQLCheckpointer", "SQLiteCheckpointer"]
 
@@ -257,9 +258,9 @@ class SQLCheckpointer(SQLStore):
             if head is None:
                 return None
             documents = list(conn.execute(_ENTRIES, key).scalars())
-            [head] = read_stored(conn, tenant, [head], _head_of(run_id))
+            [head] = read_documents(conn, tenant, [head], _head_of(run_id))
             where = rows_of("lovia_run_entries", "run_id", run_id)
-            return head, read_stored(conn, tenant, documents, where)
+            return head, read_documents(conn, tenant, documents, where)
 
         return await self.database.read(work, tenant=self.tenant)
 
@@ -298,7 +299,7 @@ class SQLCheckpointer(SQLStore):
         def work(conn: Connection) -> list[tuple[Any, Any]]:
             rows = list((conn.execute(query)).all())
             where: Where = ("lovia_run_heads", "head_json", lambda i: {"run_id": rows[i].run_id})
-            heads = read_stored(conn, tenant, [row.head_json for row in rows], where)
+            heads = read_documents(conn, tenant, [row.head_json for row in rows], where)
             return list(zip(rows, heads, strict=True))
 
         return [
@@ -360,7 +361,7 @@ class SQLCheckpointer(SQLStore):
         def work(conn: Connection) -> list[tuple[Any, Any]]:
             rows = list((conn.execute(_EFFECTS, key)).all())
             where = _effects_of(run_id, [row.call_id for row in rows])
-            results = read_stored(conn, tenant, [row.result_json for row in rows], where)
+            results = read_documents(conn, tenant, [row.result_json for row in rows], where)
             return list(zip(rows, results, strict=True))
 
         effects = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import ARRAY, BigInteger, Connection, String, Text, bindparam, func, select, true
 from sqlalchemy.sql import Executable
@@ -27,13 +27,12 @@ from sqlalchemy.sql.dml import Insert
 from .._json import Where
 from ..db.contents import codec_of, encode_documents, read_documents, retain_shared
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
-from ..db.documents import DocumentCodec, references
+from ..db.documents import DocumentCodec
 from ..db.prepared import Prepared, per_dialect
-from ..db.tables import contents, run_entries, run_heads
+from ..db.tables import run_entries, run_heads
 from ..db.types import UTCDateTime, utcnow
-from ..errors import EncryptionKeyError, StoredValueError
 
-__all__ = ["ENTRY_COUNT", "append_step", "read_stored", "settle_step"]
+__all__ = ["ENTRY_COUNT", "append_step", "settle_step"]
 
 h = run_heads.c
 
@@ -176,50 +175,6 @@ def _as_written(codec: DocumentCodec, head_json: str, documents: Sequence[str]) 
     return len(head_json) < threshold and all(len(text) < threshold for text in documents)
 
 
-def read_stored(conn: Connection, tenant: str, stored: Sequence[Any], where: Where) -> list[Any]:
-    """``read_documents``, with two cases named as this module's readers need.
-
-    A shared value that does not read (a wrong key) is named by the first document
-    that refers to it, which is the row a caller can look up. Bytes (a row another
-    program wrote on SQLite) are no stored form: let through as they are, for the
-    JSON reader to refuse naming the row."""
-    try:
-        return read_documents(conn, tenant, stored, where)
-    except TypeError:  # bytes.startswith(str): rare, so not checked for beforehand
-        if all(text is None or isinstance(text, str) for text in stored):
-            raise
-        texts = [text if isinstance(text, str) else None for text in stored]
-        read = read_stored(conn, tenant, texts, where)
-        return [
-            text if isinstance(raw, str) else raw for text, raw in zip(read, stored, strict=True)
-        ]
-    except StoredValueError as exc:
-        named = _named_by_document(exc, stored, where)
-        if named is exc:
-            raise
-        raise named from exc
-
-
-def _named_by_document(
-    exc: StoredValueError, stored: Sequence[Any], where: Where
-) -> StoredValueError:
-    """``exc`` about a shared value, named by the first of ``stored`` that refers to it."""
-    digest = exc.row.get("digest") if exc.table == contents.name else None
-    referring = [
-        i for i, text in enumerate(stored) if isinstance(text, str) and digest in references(text)
-    ]
-    if digest is None or not referring:
-        return exc
-    index = referring[0]
-    table, column, key_of = where
-    message = f"a shared value it names ({digest}) does not read: {exc.args[0]}"
-    if isinstance(exc, EncryptionKeyError):
-        return EncryptionKeyError(
-            message, key_id=exc.key_id, table=table, column=column, row=key_of(index)
-        )
-    return StoredValueError(message, table=table, column=column, row=key_of(index))
-
-
 _LOCKED_HEAD = (
     select(h.head_json, h.entry_count)
     .where(h.tenant == bindparam("tenant"), h.run_id == bindparam("run_id"))
@@ -251,10 +206,10 @@ def _landed(
     if head is None:
         return False
     after = head.entry_count - len(documents)
-    if after < 0 or read_stored(conn, tenant, [head.head_json], _head_of(run_id)) != [head_json]:
+    if after < 0 or read_documents(conn, tenant, [head.head_json], _head_of(run_id)) != [head_json]:
         return False
     tail = conn.execute(_TAIL, key | {"after": after}).scalars().all()
-    return read_stored(conn, tenant, tail, _tail_of(run_id, after)) == list(documents)
+    return read_documents(conn, tenant, tail, _tail_of(run_id, after)) == list(documents)
 
 
 def _head_of(run_id: str) -> Where:

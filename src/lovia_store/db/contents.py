@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..errors import EncryptionKeyError, StoredValueError
 from .dialect import capabilities, upsert
-from .documents import MARK, SHARED_MARK, DocumentCodec, references
+from .documents import MARK, SHARED_MARK, DocumentCodec, damaged, references
 from .prepared import Prepared, per_dialect
 from .tables import contents
 
@@ -231,17 +232,60 @@ def read_documents(
     conn: Connection, tenant: str, stored: Sequence[S], where: Where | None = None
 ) -> list[S]:
     """The texts that were written, for documents read in ``conn``'s transaction. A
-    document that does not read (damaged, a missing or wrong key) is a
-    ``StoredValueError`` naming its row (``where``)."""
-    if not any(text is not None and text.startswith(MARK) for text in stored):
+    document that does not read (damaged, a missing or wrong key, a shared value that
+    does not) is a ``StoredValueError`` naming its row (``where``). Bytes (SQLite's
+    text read as UTF-8 bytes) in the stored form are decoded; other bytes pass, for
+    the JSON reader to judge."""
+    if not any(_marked(text) for text in stored):
         return list(stored)
+    texts = [_as_text(text, where, index) for index, text in enumerate(stored)]
     codec = codec_of(conn)
-    digests = {digest for text in stored if text is not None for digest in references(text)}
-    shared = _fetch(conn, tenant, codec, digests, where) if digests else {}
+    digests = {digest for text in texts if isinstance(text, str) for digest in references(text)}
+    try:
+        shared = _fetch(conn, tenant, codec, digests, where) if digests else {}
+    except StoredValueError as exc:
+        raise _named_by_document(exc, texts, where) from exc
     return [
-        text if text is None else codec.decode(tenant, text, shared, where, index)  # type: ignore[misc]
-        for index, text in enumerate(stored)
+        codec.decode(tenant, text, shared, where, index) if isinstance(text, str) else text  # type: ignore[misc]
+        for index, text in enumerate(texts)
     ]
+
+
+def _marked(text: object) -> bool:
+    return isinstance(text, str | bytes) and text[:1] in _MARKS
+
+
+_MARKS = (MARK, MARK.encode())
+
+
+def _as_text(text: Any, where: Where | None, index: int) -> Any:
+    if not isinstance(text, bytes) or not text.startswith(_MARKS[1]):
+        return text
+    try:
+        return text.decode()
+    except UnicodeDecodeError:
+        raise damaged("a stored document is not UTF-8 text", where, index) from None
+
+
+def _named_by_document(
+    exc: StoredValueError, texts: Sequence[Any], where: Where | None
+) -> StoredValueError:
+    """``exc`` about a shared value (a ``lovia_contents`` row), named by the first
+    document that refers to it: the row a caller can look up (``exc`` is its cause)."""
+    digest = exc.row.get("digest") if exc.table == contents.name else None
+    index = next(
+        (i for i, text in enumerate(texts) if isinstance(text, str) and digest in references(text)),
+        None,
+    )
+    if digest is None or index is None or where is None:
+        return exc
+    table, column, key_of = where
+    message = f"a shared value it names ({digest}) does not read: {exc.args[0]}"
+    if isinstance(exc, EncryptionKeyError):
+        return EncryptionKeyError(
+            message, key_id=exc.key_id, table=table, column=column, row=key_of(index)
+        )
+    return StoredValueError(message, table=table, column=column, row=key_of(index))
 
 
 def decode_unshared(

@@ -32,9 +32,8 @@ from ...db.contents import (
     release_documents,
     store_documents,
 )
-from ...db.documents import MARK, DocumentCodec, references
-from ...db.tables import contents, messages
-from ...errors import EncryptionKeyError, StoredValueError
+from ...db.documents import MARK, DocumentCodec
+from ...db.tables import messages
 from .records import RECORD_COLUMNS, SNAPSHOT_COLUMNS
 
 __all__ = [
@@ -135,12 +134,7 @@ def read_records(conn: Connection, tenant: str, rows: Sequence[Any]) -> Sequence
         return rows
 
     def decode(texts: list[str], where: Where) -> list[str]:
-        try:
-            return read_documents(conn, tenant, texts, where)
-        except StoredValueError as error:
-            if error.table != contents.name:
-                raise
-            raise _of_document(error, texts, where) from error
+        return read_documents(conn, tenant, texts, where)
 
     decoded = _decoded(rows, decode)
     assert decoded is not None
@@ -170,20 +164,6 @@ def read_snapshot(conn: Connection, tenant: str, row: Any) -> Any:
         conn, tenant, texts[1:], ("lovia_snapshots", "envelope_json", _at(key))
     )
     return SnapshotRow(*row)._replace(summary_json=summary[0], envelope_json=envelope[0])
-
-
-def _of_document(error: StoredValueError, texts: list[str], where: Where) -> StoredValueError:
-    """``error`` (a shared value that does not read) naming the first message that
-    refers to the value: the row a caller can find (the value's row is its cause)."""
-    digest = error.row.get("digest")
-    index = next((k for k, text in enumerate(texts) if digest in references(text)), 0)
-    table, column, key_of = where
-    message = f"a shared value of a stored document does not read ({error})"
-    if isinstance(error, EncryptionKeyError):
-        return EncryptionKeyError(
-            message, key_id=error.key_id, table=table, column=column, row=key_of(index)
-        )
-    return StoredValueError(message, table=table, column=column, row=key_of(index))
 
 
 def _at(key: dict[str, object]) -> Callable[[int], dict[str, object]]:
