@@ -13,11 +13,18 @@ never reads a document it cannot decode.
 
 ``lovia_contents``: (tenant, digest) -> how many documents refer to it, its length
 as text, and its bytes (LONGBLOB on MySQL and MariaDB, whose BLOB holds 64 KiB).
+Creating a table locks none of ours, so the upgrade is online on every backend.
+A run that failed after creating it (MySQL and MariaDB commit each DDL statement)
+left it at 0009: the next run finds the table and only records the revision. A
+table of that name that is not this one is refused, with nothing changed.
 
 The downgrade drops the table. It is refused, with nothing changed, while any
 document is in the new form or any value is shared: ``lovia-store rekey
 --no-compression`` (with no keys) writes every document back as plain JSON text
-first.
+first. Finding none reads every JSON column of every row (a full scan of each
+table). A downgrade that dropped the table but failed further down (MySQL and
+MariaDB: a lower revision's refusal undoes the version change, not the drop) is
+run again as it was: the table is already gone.
 
 Frozen like every revision: names are written out here.
 """
@@ -36,6 +43,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TABLE = "lovia_contents"
+COLUMNS = ("tenant", "digest", "refs", "size", "data")
 MARIADB_COLLATION = "utf8mb4_nopad_bin"
 MYSQL_COLLATION = "utf8mb4_0900_bin"
 
@@ -53,7 +61,15 @@ DOCUMENTS = {
 def upgrade() -> None:
     bind = op.get_bind()
     if _TABLE in sa.inspect(bind).get_table_names():
-        return  # a run that failed after creating it (MySQL commits each DDL statement)
+        # A run that failed after creating it (MySQL commits each DDL statement).
+        found = tuple(c["name"] for c in sa.inspect(bind).get_columns(_TABLE))
+        if sorted(found) != sorted(COLUMNS):
+            raise RuntimeError(
+                f"a table {_TABLE} exists with columns {', '.join(found)}, not the one "
+                f"revision 0010 creates ({', '.join(COLUMNS)}): it is not lovia-store's. "
+                "Rename or drop it, then upgrade; nothing was changed"
+            )
+        return
     collation = None
     if bind.dialect.name in ("mysql", "mariadb"):
         mariadb = getattr(bind.dialect, "is_mariadb", False)
@@ -75,26 +91,32 @@ def upgrade() -> None:
     )
 
 
-def downgrade() -> None:
-    bind = op.get_bind()
-    shared = bind.execute(sa.text(f"SELECT 1 FROM {_TABLE} LIMIT 1")).first()
-    encoded = None
+def _encoded(bind: sa.Connection) -> str | None:
+    """The first column holding a document in lovia-store's own form, as table.column."""
+    quote = bind.dialect.identifier_preparer.quote
     for table, columns in DOCUMENTS.items():
         for column in columns:
             found = bind.execute(
-                sa.text(f"SELECT 1 FROM {table} WHERE {column} LIKE :mark LIMIT 1"),
+                sa.text(f"SELECT 1 FROM {quote(table)} WHERE {quote(column)} LIKE :mark LIMIT 1"),
                 {"mark": "\x01%"},
             ).first()
             if found is not None:
-                encoded = f"{table}.{column}"
-                break
-        if encoded is not None:
-            break
-    if shared is not None or encoded is not None:
+                return f"{table}.{column}"
+    return None
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    present = _TABLE in sa.inspect(bind).get_table_names()
+    shared = present and bind.execute(sa.text(f"SELECT 1 FROM {_TABLE} LIMIT 1")).first()
+    encoded = _encoded(bind)
+    if shared or encoded is not None:
         where = encoded or _TABLE
         raise RuntimeError(
-            f"refusing to downgrade below 0010: documents are stored compressed, shared or "
+            f"cannot downgrade below 0010: documents are stored compressed, shared or "
             f"encrypted ({where}), which revision 0009 cannot read. Write them back as plain "
-            "JSON first: lovia-store rekey --no-compression (with no encryption keys)"
+            "JSON first: lovia-store rekey --no-compression (with no encryption keys); "
+            "nothing was changed"
         )
-    op.drop_table(_TABLE)
+    if present:
+        op.drop_table(_TABLE)
