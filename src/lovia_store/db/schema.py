@@ -57,6 +57,7 @@ from .schema_state import (
     known_revisions,
     placed_schema,
     read_state,
+    record_revision,
     refuse_joined,
     refuse_newer,
     scripts,
@@ -269,6 +270,7 @@ async def migrate(
                 state = read_state(conn)
             refuse_newer(state, db.url)
             refuse_joined(state, db.url, target)
+            record_revision(conn, state)
             if state.revision == head_revision() and target == "head":
                 return UpgradeReport(db.url, state.revision, state.revision)
             return _upgrade_on(conn, db, target, state)
@@ -349,6 +351,7 @@ async def run_command_line(context: Any, url: str, schema: str | None = None) ->
             refuse_newer(state, db.url)
             if state.joined:  # our ini cannot see the host's revisions in its table
                 refuse_joined(state, db.url, target="")
+            record_revision(conn, state)
             keep_legacy_copy(db, to_convert(conn, _pending(state.revision, "heads")))
             configure_context(context, conn)
             with context.begin_transaction():

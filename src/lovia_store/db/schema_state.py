@@ -10,6 +10,7 @@ what a newer version wrote, or a host's table named as ours, into an error;
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
@@ -24,11 +25,12 @@ from sqlalchemy import (
     Table,
     inspect,
     select,
+    update,
 )
 
 from ..errors import JoinedLineageError, LegacyTableError, SchemaConflictError, SchemaVersionError
 from ..migrations.recognition import unproven_lovia_tables
-from .tables import VERSION_TABLE, metadata, schema_versions, sessions
+from .tables import VERSION_TABLE, contents, metadata, schema_versions, sessions
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -45,6 +47,7 @@ __all__ = [
     "known_revisions",
     "placed_schema",
     "read_state",
+    "record_revision",
     "refuse_joined",
     "refuse_newer",
     "scripts",
@@ -53,6 +56,8 @@ __all__ = [
 
 KNOWN_VERSIONS: dict[str, int] = {"session": 1, "checkpoint": 3, "raw_log": 1}
 """The newest ``lovia_schema`` version of each store that this code can read."""
+
+logger = logging.getLogger("lovia_store.db.schema")
 
 HOST_VERSION_TABLE = "alembic_version"
 """Where a joined lineage records our revisions: the host's (Alembic's default) table."""
@@ -120,6 +125,9 @@ class SchemaState:
     unproven: tuple[str, ...] = ()
     """lovia's tables in a SQLite file that may be lovia's history but are not proven
     to be (only looked for with no revision: ``recognition.unproven_lovia_tables``)."""
+    recorded: str | None = None
+    """What our version table says when the tables are at an earlier ``revision``
+    (``_BEHIND_ITS_RECORD``); ``record_revision`` puts that right before a migration."""
 
 
 _FIRST_TABLES = frozenset(
@@ -148,6 +156,15 @@ _LATER_COLUMNS = {
 }
 """Columns of 0001's tables that later revisions add (a revision adding a column to
 one of them adds it here too)."""
+
+
+_BEHIND_ITS_RECORD = {"0010": (contents.name, "0009")}
+"""A recorded revision whose table is missing, and the revision the tables are at.
+
+On MySQL/MariaDB each DDL statement commits by itself: a downgrade past 0010 that
+a lower revision refused (0009, while another tenant has rows) has dropped
+``lovia_contents`` for good but rolled back the version change. The schema is
+0009's then, and the next upgrade runs 0010 again once that is recorded."""
 
 
 def _foreign_tables(
@@ -204,13 +221,33 @@ def read_state(conn: Connection) -> SchemaState:
         revision = "+".join(sorted(stamped)) or None
     elif joined:
         revision = _joined_revision(conn, schema, names)
+    recorded = None
+    behind = _BEHIND_ITS_RECORD.get(revision or "")
+    if behind is not None and not joined and behind[0] not in names:
+        recorded, revision = revision, behind[1]
     foreign = _foreign_tables(conn, schema, names, joined) if revision is None else ()
     unproven = tuple(unproven_lovia_tables(conn, schema)) if revision is None else ()
     versions: dict[str, int] = {}
     if schema_versions.name in names and schema_versions.name not in foreign:
         rows = conn.execute(select(schema_versions.c.store, schema_versions.c.version))
         versions = {store: int(version) for store, version in rows}
-    return SchemaState(revision, versions, joined, foreign, unproven)
+    return SchemaState(revision, versions, joined, foreign, unproven, recorded)
+
+
+def record_revision(conn: Connection, state: SchemaState) -> None:
+    """Record the revision the tables are at, when the version table is ahead of them
+    (``SchemaState.recorded``), so that Alembic runs what is missing from there."""
+    if state.recorded is None or state.revision is None:
+        return
+    logger.warning(
+        "revision %s is recorded but the tables are at %s (a downgrade MySQL/MariaDB "
+        "left half done): recording %s",
+        state.recorded,
+        state.revision,
+        state.revision,
+    )
+    table = version_table(placed_schema(conn))
+    conn.execute(update(table).values(version_num=state.revision))
 
 
 def refuse_newer(state: SchemaState, database: str) -> None:
