@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import ForeignKeyConstraint, String, func, select
+from sqlalchemy import Connection, ForeignKeyConstraint, String, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, selectinload
 from sqlalchemy.pool import NullPool
@@ -22,8 +22,10 @@ from lovia_store import (
     entry_from_dict,
 )
 from lovia_store.db import tables
+from lovia_store.db.contents import store_documents
 from lovia_store.db.urls import to_url
 from lovia_store.models import (
+    ContentRow,
     Id,
     MessageRow,
     RunHeadRow,
@@ -73,7 +75,9 @@ def test_the_tables_the_stores_use_are_the_models_tables() -> None:
         "lovia_run_entries",
         "lovia_tool_effects",
         "lovia_run_leases",
+        "lovia_contents",
     }
+    assert tables.contents is ContentRow.__table__
 
 
 @pytest.fixture
@@ -151,3 +155,39 @@ async def test_run_heads_read_as_objects(host_engine: AsyncEngine) -> None:
             assert head.run_id == "run-1" and head.entry_count == len(a_run("q"))
             assert [entry_from_dict(json.loads(e.entry_json)) for e in head.entries] == a_run("q")
             assert json.loads(head.head_json)["agent_name"] == "support"
+
+
+async def test_shared_values_read_as_rows(host_engine: AsyncEngine) -> None:
+    """``ContentRow``: what a tenant's documents share, with its reference count and its
+    length as text; the bytes are the codec's (compressed), not the value."""
+    output = '"' + "the same long tool output " * 10 + '"'
+    document = '{"output": ' + output + "}"
+    async with Database(host_engine, compression_threshold=64) as db:
+
+        def write(conn: Connection) -> None:
+            stored = store_documents(conn, "acme", [document, document], shareable=True)
+            conn.execute(
+                insert(tables.run_heads),
+                {
+                    "tenant": "acme",
+                    "run_id": "run-1",
+                    "status": "running",
+                    "head_json": "{}",
+                    "created_at": datetime.now(UTC),
+                    "updated_at": datetime.now(UTC),
+                },
+            )
+            conn.execute(
+                insert(tables.run_entries),
+                [
+                    {"tenant": "acme", "run_id": "run-1", "position": n, "entry_json": text}
+                    for n, text in enumerate(stored)
+                ],
+            )
+
+        await db.write(write, tenant="acme")
+        async with AsyncSession(host_engine) as orm:
+            row = (await orm.scalars(select(ContentRow))).one()
+            assert (row.tenant, row.refs, row.size) == ("acme", 2, len(output))
+            assert len(row.digest) == 64 and isinstance(row.data, bytes)
+            assert output.encode() not in row.data

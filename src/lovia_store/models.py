@@ -45,6 +45,7 @@ from .db.tables import metadata
 from .db.types import Id, IdType, Tenant, TenantType, render_item
 
 __all__ = [
+    "ContentRow",
     "Id",
     "IdType",
     "MessageRow",
@@ -258,3 +259,20 @@ class RunLeaseRow(StoreBase):
     lease_id: Mapped[str]
     holder: Mapped[str]
     expires_ms: Mapped[int]
+
+
+class ContentRow(StoreBase):
+    """A long value stored once per tenant: a tool output the documents name by digest.
+
+    A row of ``tables.contents``, where the table and its columns are documented.
+    ``data`` is compressed (and, with encryption keys, sealed): it is read through
+    the stores, never here.
+    """
+
+    __table__ = tables.contents
+
+    tenant: Mapped[str]
+    digest: Mapped[str]
+    refs: Mapped[int]
+    size: Mapped[int]
+    data: Mapped[bytes]
