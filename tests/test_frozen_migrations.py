@@ -68,4 +68,39 @@ def test_0009_writes_out_the_keys_tables_py_declares() -> None:
         } == {name: fk for name, fk in module.NEW_FOREIGN_KEYS.items() if fk[0] == table}
         assert "tenant" in declared.columns
     tenanted = {t.name for t in metadata.sorted_tables if "tenant" in t.columns}
-    assert tenanted == set(module.TABLES)
+    # Tables created later (0010's lovia_contents) have their tenant from the start.
+    assert tenanted - CREATED_AFTER_0009 == set(module.TABLES)
+
+
+CREATED_AFTER_0009 = {"lovia_contents"}
+
+
+def test_0010_creates_the_table_tables_py_declares() -> None:
+    """0010 writes out lovia_contents (frozen), and it is the table ``db/tables.py``
+    declares; its downgrade checks every JSON column tables.py has for documents in
+    the new form."""
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+    from lovia_store.db.schema_state import scripts
+    from lovia_store.db.tables import contents, metadata
+    from lovia_store.db.types import JsonTextType
+
+    module = scripts().get_revision("0010").module
+    assert tuple(c.name for c in contents.columns) == module.COLUMNS
+    assert tuple(c.name for c in contents.primary_key.columns) == ("tenant", "digest")
+    assert {module._TABLE} == {contents.name} == CREATED_AFTER_0009
+    documents = {
+        table.name: tuple(c.name for c in table.columns if isinstance(c.type, JsonTextType))
+        for table in metadata.sorted_tables
+    }
+    assert {name: columns for name, columns in documents.items() if columns} == module.DOCUMENTS
+    # The bytes column is as large on every backend as the codec's values may be.
+    rendered = {
+        name: str(contents.c.data.type.compile(dialect=dialect))
+        for name, dialect in (
+            ("mysql", mysql.dialect()),
+            ("postgresql", postgresql.dialect()),
+            ("sqlite", sqlite.dialect()),
+        )
+    }
+    assert rendered == {"mysql": "LONGBLOB", "postgresql": "BYTEA", "sqlite": "BLOB"}

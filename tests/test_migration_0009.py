@@ -1,7 +1,10 @@
 """Revision 0009 puts a tenant at the front of every key, on every SQL backend: an 0008
 database with rows in every table upgrades with every row kept (all of the default
 tenant '') and read back the same, downgrades with every row kept, refuses the
-downgrade while another tenant has rows, and finishes a run that stopped half way."""
+downgrade while another tenant has rows, and finishes a run that stopped half way.
+
+An upgrade goes on to the head (0010 creates ``lovia_contents``), so every downgrade
+here steps down through 0010 first: its rows are plain JSON, so 0010 lets it go."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from sqlalchemy.pool import NullPool
 
 from lovia_store import upgrade
 from lovia_store.db.schema import alembic_config
+from lovia_store.db.schema_state import HEAD_REVISION
 from lovia_store.db.urls import to_url
 from test_schema_drift import differences
 
@@ -185,23 +189,27 @@ async def test_up_from_0008_and_down_keeps_every_row(url: str) -> None:
     before = await _an_0008_database(url)
 
     await upgrade(url)
-    assert await _revision(url) == "0009"
+    assert await _revision(url) == HEAD_REVISION
     assert _without_tenant(await _on(url, _rows)) == before
     assert await _on(url, differences) == []
     await _on(url, _append_after, write=True)
 
     at_0009 = _without_tenant(await _on(url, _rows))
-    await asyncio.to_thread(_alembic, url, "downgrade", "0008")
+    await asyncio.to_thread(_alembic, url, "downgrade", "0008")  # through 0010 and 0009
     assert await _revision(url) == "0008"
     assert await _on(url, _rows) == at_0009
+    assert "lovia_contents" not in await _on(url, lambda c: inspect(c).get_table_names())
 
     await upgrade(url)
     assert _without_tenant(await _on(url, _rows)) == at_0009
 
 
 async def test_a_downgrade_with_another_tenant_is_refused_and_changes_nothing(url: str) -> None:
+    """Down to 0009 first: on MariaDB, a downgrade through 0010 in the same command would
+    have dropped 0010's table for good before 0009 refused (test_migration_0010.py)."""
     await _an_0008_database(url)
     await upgrade(url)
+    await asyncio.to_thread(_alembic, url, "downgrade", "0009")
     await _on(
         url,
         lambda c: c.execute(
@@ -217,6 +225,7 @@ async def test_a_downgrade_with_another_tenant_is_refused_and_changes_nothing(ur
         await asyncio.to_thread(_alembic, url, "downgrade", "0008")
     assert await _revision(url) == "0009"
     assert await _on(url, _rows) == rows
+    await upgrade(url)
     assert await _on(url, differences) == []
 
 
@@ -252,7 +261,7 @@ async def test_a_half_done_0009_is_finished(url: str) -> None:
     before = await _an_0008_database(url)
     await _on(url, _half_done, write=True)
     await upgrade(url)
-    assert await _revision(url) == "0009"
+    assert await _revision(url) == HEAD_REVISION
     assert _without_tenant(await _on(url, _rows)) == before
     assert await _on(url, differences) == []
 
@@ -299,11 +308,11 @@ async def test_down_past_0009_one_step_at_a_time_and_up_again(url: str) -> None:
     and everything comes back up drift-free."""
     await _an_0008_database(url)
     await upgrade(url)
-    for target in ("0008", "0007", "0006", "0005"):  # 0005 refuses "bob " beside "bob"
+    for target in ("0009", "0008", "0007", "0006", "0005"):  # 0005 refuses "bob " and "bob"
         await asyncio.to_thread(_alembic, url, "downgrade", target)
         assert await _revision(url) == target
     await upgrade(url)
-    assert await _revision(url) == "0009"
+    assert await _revision(url) == HEAD_REVISION
     assert await _on(url, differences) == []
 
 
