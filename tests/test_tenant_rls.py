@@ -35,9 +35,11 @@ from lovia_store import (
     SQLCheckpointer,
     SQLSession,
     SQLSessionStorage,
+    StoredValueError,
     UserError,
     upgrade,
 )
+from lovia_store.db.contents import read_documents, release_documents, store_documents
 from lovia_store.db.row_security import (
     POLICY,
     disable_row_level_security,
@@ -45,7 +47,7 @@ from lovia_store.db.row_security import (
     row_level_security_status,
     tenant_tables,
 )
-from lovia_store.db.tables import sessions
+from lovia_store.db.tables import contents, sessions
 from lovia_store.models import SessionRow
 
 ROLE = "lovia_rls_app"
@@ -79,9 +81,21 @@ async def test_roles_are_names(tmp_path: Any) -> None:
             await enable_row_level_security(str(tmp_path / "x.db"), roles=roles)  # type: ignore[arg-type]
 
 
+TENANT_TABLES = {
+    "lovia_sessions",
+    "lovia_messages",
+    "lovia_session_runs",
+    "lovia_snapshots",
+    "lovia_run_heads",
+    "lovia_run_entries",
+    "lovia_tool_effects",
+    "lovia_run_leases",
+    "lovia_contents",  # 0010: shared values are a tenant's too
+}
+
+
 def test_every_tenant_table_is_covered() -> None:
-    names = {table.name for table in tenant_tables()}
-    assert len(names) == 8 and "lovia_schema" not in names and "lovia_sessions" in names
+    assert {table.name for table in tenant_tables()} == TENANT_TABLES
 
 
 # -- on PostgreSQL -------------------------------------------------------------------------------
@@ -128,7 +142,7 @@ async def scratch() -> AsyncIterator[Scratch]:
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {ROLE}",
             f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {ROLE}",
         )
-        assert len(await enable_row_level_security(url)) == 8
+        assert sorted(await enable_row_level_security(url)) == sorted(TENANT_TABLES)
         db = Database(url)
         try:
 
@@ -181,7 +195,8 @@ async def test_enable_is_idempotent_and_disable_undoes_it(scratch: Scratch) -> N
         scratch.owner,
         f"SELECT tablename, roles FROM pg_policies WHERE policyname = '{POLICY}'",
     )
-    assert len(policies) == 8 and all(list(p["roles"]) == [ROLE] for p in policies)
+    assert {p["tablename"] for p in policies} == TENANT_TABLES
+    assert all(list(p["roles"]) == [ROLE] for p in policies)
     await disable_row_level_security(scratch.owner)
     await disable_row_level_security(scratch.owner)
     status = await row_level_security_status(scratch.owner)
@@ -351,6 +366,62 @@ async def test_the_stores_work_under_the_policies(scratch: Scratch, route: str) 
     assert {r["tenant"]: r["n"] for r in counted} == {"t1": 5, "t2": 5}
 
 
+@pytest.mark.postgres
+async def test_shared_values_are_held_to_their_tenant(scratch: Scratch) -> None:
+    """lovia_contents under the policies: each tenant counts and reads its own copy of a
+    value both store, a transaction without a tenant sees none, and a value of another
+    tenant can neither be written nor released."""
+    output = '"' + "the same tool output, read again " * 8 + '"'
+    document = '{"result": ' + output + "}"
+    db = Database(scratch.app, row_level_security=True, verify_only=True, compression_threshold=64)
+    try:
+
+        def store(tenant: str) -> Any:
+            def work(conn: Connection) -> list[str]:
+                return store_documents(conn, tenant, [document] * 2, shareable=True)
+
+            return work
+
+        def values(conn: Connection) -> list[tuple[str, int]]:
+            rows = conn.execute(select(contents.c.tenant, contents.c.refs))
+            return sorted((tenant, refs) for tenant, refs in rows)
+
+        stored = {tenant: await db.write(store(tenant), tenant=tenant) for tenant in ("t1", "t2")}
+        assert all(text.startswith("\x01r") for texts in stored.values() for text in texts)
+        assert await db.read(values, tenant="t1") == [("t1", 2)]
+        assert await db.read(values, tenant="t2") == [("t2", 2)]
+        assert await db.read(values) == []  # spans tenants: sets nothing, sees nothing
+
+        def read(tenant: str, texts: list[str]) -> Any:
+            return lambda conn: read_documents(conn, tenant, texts)
+
+        assert await db.read(read("t1", stored["t1"]), tenant="t1") == [document] * 2
+        # t1's documents read as t2 name values t2's transaction cannot see.
+        with pytest.raises(StoredValueError, match="not stored"):
+            await db.read(read("t1", stored["t1"]), tenant="t2")
+
+        def release(tenant: str) -> Any:
+            return lambda conn: release_documents(conn, tenant, stored[tenant])
+
+        assert await db.write(release("t1"), tenant="t2") == 2  # counted, but touches none
+        assert await db.read(values, tenant="t1") == [("t1", 2)]
+        assert await db.write(release("t1"), tenant="t1") == 2
+        assert await db.read(values, tenant="t1") == []
+
+        def forge(conn: Connection) -> None:
+            conn.execute(
+                insert(contents),
+                {"tenant": "t2", "digest": "0" * 64, "refs": 1, "size": 1, "data": b"p1"},
+            )
+
+        with pytest.raises(Exception, match="row-level security"):
+            await db.write(forge, tenant="t1")
+    finally:
+        await db.close()
+    counted = await _owner_sql(scratch.owner, "SELECT tenant, refs FROM lovia_contents")
+    assert [(r["tenant"], r["refs"]) for r in counted] == [("t2", 2)]
+
+
 @pytest.mark.pgbouncer
 def test_the_pooled_url_names_the_role() -> None:
     server_url("LOVIA_TEST_PGBOUNCER_URL")  # fails, not skips, under LOVIA_TEST_REQUIRE_SERVERS
@@ -393,12 +464,12 @@ def test_the_command_enables_shows_and_disables(
         capsys.readouterr()
         assert tenants_cli(["tenants", "rls", "enable", url, "--role", ROLE, "--json"]) == 0
         done = json.loads(capsys.readouterr().out)
-        assert len(done["tables"]) == 8 and done["roles"] == [ROLE]
+        assert set(done["tables"]) == TENANT_TABLES and done["roles"] == [ROLE]
         assert tenants_cli(["tenants", "rls", "status", url, "--json"]) == 0
         states = json.loads(capsys.readouterr().out)["tables"]
         assert all((s["enabled"], s["forced"], s["policy"]) == (True, False, True) for s in states)
         assert tenants_cli(["tenants", "rls", "disable", url]) == 0
-        assert "off for 8 tables" in capsys.readouterr().out
+        assert f"off for {len(TENANT_TABLES)} tables" in capsys.readouterr().out
         assert tenants_cli(["tenants", "rls", "status", url]) == 0
         assert "lovia_sessions: off, no policy" in capsys.readouterr().out
     finally:
