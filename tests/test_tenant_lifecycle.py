@@ -250,7 +250,10 @@ async def test_export_and_import_move_one_tenant_or_every_tenant_apart(
         await import_file(dst, one, tenant="acme")
         again = await import_file(dst, one, tenant="acme")
         assert not again.changed and again.unchanged["message"] == 5
-        assert await tenants_of(dst) == {n: {"acme", "gamma"} for n in before}
+        # The tables the source has rows in (lovia_contents stays empty: no value is
+        # long enough to be shared).
+        held = [name for name, rows in before.items() if rows]
+        assert await tenants_of(dst) == {n: {"acme", "gamma"} for n in held}
         # Every tenant: each row back into its own.
         every = tmp_path / "all.jsonl.gz"
         report = await export(src, every, all_tenants=True)
