@@ -173,7 +173,9 @@ async def test_lovia_columns_without_lovia_schema_or_key(target: Target) -> None
     assert (await target.run("SELECT run_id FROM session_runs")) == [[("host-run",)]]
 
 
-@pytest.mark.parametrize("table", ["lovia_sessions", "lovia_messages", "lovia_run_leases"])
+@pytest.mark.parametrize(
+    "table", ["lovia_sessions", "lovia_messages", "lovia_run_leases", "lovia_contents"]
+)
 async def test_a_host_table_with_our_name_is_refused_naming_it(target: Target, table: str) -> None:
     await target.run(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, note VARCHAR(40))")
     before = await target.tables()
