@@ -11,7 +11,9 @@ does, and the framework reads the row from its entries.
 
 Sessions without such rows (everything lovia's own API writes) never read a
 document here: one indexed probe says there is none. Every statement is scoped
-by the ``tenant`` parameter as well as the session id.
+by the ``tenant`` parameter as well as the session id. Documents are read through
+the codec (``stored.decoded``); a row rewritten or deleted releases the shared
+values its old document named, and its new one is stored through the codec.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, String, bindparam, case, delete, null, select, update
 
+from ..db.contents import release_documents
 from ..db.prepared import Prepared
 from ..db.tables import messages
 from ..db.types import UTCDateTime, utcnow
@@ -31,7 +34,9 @@ from ..entries import (
     entries_document,
     entry_from_dict,
     json_documents,
+    session_rows,
 )
+from .stored import decoded, referring, store_entries
 
 __all__ = ["EntryCut", "drop_dangling_in_rows", "entry_cut", "rewrite_row"]
 
@@ -71,12 +76,13 @@ class EntryCut:
     """Where keeping N entries cuts a session that holds multi-entry rows.
 
     ``keep_rows`` rows stay whole (the split row among them, once rewritten);
-    ``split`` is the sequence of the row the cut lands inside and the entries
-    it keeps; ``dropped`` counts every entry the cut removes.
+    ``split`` is the sequence of the row the cut lands inside, the entries it
+    keeps and its stored document (``rewrite_row`` replaces it); ``dropped``
+    counts every entry the cut removes.
     """
 
     keep_rows: int
-    split: tuple[int, list[Any]] | None
+    split: tuple[int, list[Any], str] | None
     dropped: int
 
 
@@ -86,14 +92,16 @@ def entry_cut(conn: Connection, tenant: str, session_id: str, keep_entries: int)
     if _HAS_MULTIPLE.execute(conn, key).first() is None:
         return None
     kept = rows = dropped = 0
-    split: tuple[int, list[Any]] | None = None
-    for sequence, document in _ROWS.execute(conn, key).all():
+    split: tuple[int, list[Any], str] | None = None
+    stored = _ROWS.execute(conn, key).all()
+    documents = decoded(conn, tenant, [row[1] for row in stored], session_rows(session_id, stored))
+    for (sequence, text), document in zip(stored, documents, strict=True):
         entries = [None] if document is None else json_documents([document])[0]
         if kept + len(entries) <= keep_entries:
             kept += len(entries)
             rows += 1
         elif kept < keep_entries:  # the cut lands inside this row
-            split = (sequence, entries[: keep_entries - kept])
+            split = (sequence, entries[: keep_entries - kept], text)
             dropped += len(entries) - (keep_entries - kept)
             kept, rows = keep_entries, rows + 1
         else:
@@ -102,23 +110,27 @@ def entry_cut(conn: Connection, tenant: str, session_id: str, keep_entries: int)
 
 
 def rewrite_row(
-    conn: Connection, tenant: str, session_id: str, sequence: int, kept: list[Any]
+    conn: Connection, tenant: str, session_id: str, sequence: int, kept: list[Any], stored: str
 ) -> bool:
-    """Store ``kept`` (entry dicts) as the row's entries; False when none is left (deleted)."""
+    """Store ``kept`` (entry dicts) as the row's entries in place of its ``stored``
+    document; False when none is left (deleted)."""
     key = {"tenant": tenant, "sid": session_id, "seq": sequence}
     if not kept:
         _DELETE_ROW.execute(conn, key)
-        return False
-    entries = [entry_from_dict(entry) for entry in kept]
-    single = len(entries) == 1
-    values = {
-        "entry_type": entries[0].type if single else MULTIPLE_ENTRIES,
-        "call_id": call_id_of(entries[0]) if single else None,
-        "doc": entries_document(entries),
-        "now": utcnow(),
-    }
-    _REWRITE.execute(conn, {**key, **values})
-    return True
+    else:
+        entries = [entry_from_dict(entry) for entry in kept]
+        single = len(entries) == 1
+        document = entries_document(entries)
+        values = {
+            "entry_type": entries[0].type if single else MULTIPLE_ENTRIES,
+            "call_id": call_id_of(entries[0]) if single else None,
+            "doc": store_entries(conn, tenant, [document])[0],
+            "now": utcnow(),
+        }
+        _REWRITE.execute(conn, {**key, **values})
+    if referring(stored):  # after the new document counted the values both name
+        release_documents(conn, tenant, [stored])
+    return bool(kept)
 
 
 def drop_dangling_in_rows(
@@ -133,8 +145,9 @@ def drop_dangling_in_rows(
     changed: list[int] = []
     for sequence in sequences:
         key = {"tenant": tenant, "sid": session_id, "seq": sequence}
-        document = _DOCUMENT.execute(conn, key).scalar_one()
-        entries = json_documents([document])[0]
+        stored = _DOCUMENT.execute(conn, key).scalar_one()
+        where = session_rows(session_id, [(sequence,)])
+        entries = json_documents(decoded(conn, tenant, [stored], where), where)[0]
         kept = [
             e
             for e in entries
@@ -144,6 +157,6 @@ def drop_dangling_in_rows(
             continue
         removed += len(entries) - len(kept)
         changed.append(sequence)
-        if not rewrite_row(conn, tenant, session_id, sequence, kept):
+        if not rewrite_row(conn, tenant, session_id, sequence, kept, stored):
             deleted += 1
     return removed, deleted, changed

@@ -10,7 +10,9 @@ its id, loses its dangling tool calls and its meta; later runs and covering snap
 go), and the copy's rows are numbered 1..n. Snapshot versions are kept as they were
 (the session's version is the newest kept), their boundaries follow the renumbering.
 A fork stays within one tenant: every statement is scoped by the ``tenant`` parameter,
-and the copies keep the origin's tenant.
+and the copies keep the origin's tenant. The copied entries are stored as they were
+(the codec's form names no row): the shared values they name are counted once more
+(``retain_references``), and the cut of the copy releases what it drops.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..db.contents import retain_references
 from ..db.dialect import insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
 from ..db.types import utcnow
-from ..entries import MULTIPLE_ENTRIES, json_documents
+from ..entries import MULTIPLE_ENTRIES, json_documents, session_rows
 from ..errors import UserError
 from .rewind import rewind_rows
+from .stored import decoded, referring_rows
 
 __all__ = ["FORK_ORIGIN", "count_entries", "fork_rows", "unknown_session"]
 
@@ -152,7 +156,8 @@ def count_entries(conn: Connection, tenant: str, session_id: str, rows: int | No
     key = {"tenant": tenant, "sid": session_id}
     if rows is None:
         rows = int(_ROW_COUNT.execute(conn, key).scalar_one())
-    documents = [doc for (doc,) in _MULTIPLE_DOCUMENTS.execute(conn, key).all()]
+    stored = [doc for (doc,) in _MULTIPLE_DOCUMENTS.execute(conn, key).all()]
+    documents = decoded(conn, tenant, stored, session_rows(session_id))
     return rows + sum(len(entries) - 1 for entries in json_documents(documents))
 
 
@@ -184,6 +189,8 @@ def fork_rows(
     bounded = bound is not None
     for statements in (_COPY_MESSAGES, _COPY_RUNS, _COPY_SNAPSHOTS):
         statements[bounded].execute(conn, ids)
+    copied = referring_rows(conn, tenant, new_session_id)
+    retain_references(conn, tenant, [text for _, text in copied])
     if bounded:
         rewind_rows(conn, tenant, new_session_id, keep_entries)
     rows = _renumber(conn, tenant, new_session_id)
@@ -227,7 +234,9 @@ def _bound(conn: Connection, tenant: str, session_id: str, keep_entries: int) ->
     if _MULTIPLE_DOCUMENTS.execute(conn, key).first() is None:  # one entry per row
         return int(_NTH_SEQUENCE.execute(conn, {**key, "n": keep_entries}).scalar_one())
     seen = 0
-    for sequence, document in _ROW_SIZES.execute(conn, key).all():
+    rows = _ROW_SIZES.execute(conn, key).all()
+    documents = decoded(conn, tenant, [row[1] for row in rows], session_rows(session_id, rows))
+    for (sequence, _), document in zip(rows, documents, strict=True):
         seen += 1 if document is None else len(json_documents([document])[0])
         if seen > keep_entries:
             return int(sequence)

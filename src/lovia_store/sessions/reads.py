@@ -1,7 +1,8 @@
 """lovia's view of a session, read: the whole history, batches of it, and its segments.
 
 Entry documents are read as UTF-8 bytes on SQLite (see ``utf8_bytes``), and by
-the reads of a whole session on asyncpg too. Statements are built once with
+the reads of a whole session on asyncpg too; those the codec wrote in its own
+form are decoded (``stored``), the others pass as read. Statements are built once with
 bound parameters (no construction or cache key per call). Every statement is
 scoped by its ``tenant`` parameter, which leads every key and index: the same
 session id in two tenants is two sessions.
@@ -10,7 +11,7 @@ session id in two tenants is two sessions.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import BigInteger, Connection, String, bindparam, select
 
@@ -19,6 +20,10 @@ from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
 from ..db.text_sql import utf8_bytes, utf8_bytes_every_row
 from ..entries import expand_documents, session_rows
+from .stored import decoded
+
+if TYPE_CHECKING:
+    from .._json import Where
 
 __all__ = [
     "BATCH",
@@ -27,6 +32,7 @@ __all__ = [
     "SEGMENT_ROWS",
     "SEGMENT_RUNS",
     "build_segments",
+    "decoded_segment_rows",
     "rows_below",
 ]
 
@@ -63,6 +69,36 @@ SEGMENT_RUNS = (
     .where(r.tenant == bindparam("tenant"), r.session_id == bindparam("sid"))
     .order_by(r.position)
 )
+
+
+def _replaced(rows: Sequence[Any], column: int, values: Sequence[Any]) -> Sequence[Any]:
+    """``rows`` with the values of ``column`` that decoding changed."""
+    out: list[Any] | None = None
+    for index, (row, value) in enumerate(zip(rows, values, strict=True)):
+        if row[column] is not value:
+            out = list(rows) if out is None else out
+            out[index] = (*row[:column], value, *row[column + 1 :])
+    return rows if out is None else out
+
+
+def _runs_at(session_id: str, runs: Sequence[Any]) -> Where:
+    """A session's runs as read: a damaged meta is named by its run."""
+    return (
+        "lovia_session_runs",
+        "meta_json",
+        lambda i: {"session_id": session_id, "run_id": runs[i][0]},
+    )
+
+
+def decoded_segment_rows(
+    conn: Connection, tenant: str, session_id: str, rows: Sequence[Any], runs: Sequence[Any]
+) -> tuple[Sequence[Any], Sequence[Any]]:
+    """The rows of ``SEGMENT_ROWS`` and ``SEGMENT_RUNS``, read in ``conn``'s
+    transaction, with their entries and metas as written."""
+    where = session_rows(session_id, rows)
+    documents = decoded(conn, tenant, [row[3] for row in rows], where)
+    metas = decoded(conn, tenant, [run[3] for run in runs], _runs_at(session_id, runs))
+    return _replaced(rows, 3, documents), _replaced(runs, 3, metas)
 
 
 def _meta(session_id: str, run_id: str, text: str | None) -> dict[str, Any] | None:

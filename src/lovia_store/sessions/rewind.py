@@ -2,6 +2,10 @@
 
 Every statement is scoped by the ``tenant`` parameter as well as the session id:
 a store of one tenant never reaches another's rows of the same session id.
+
+Rows go with their references: the shared values of the entries a rewind or a
+clear deletes are released in its transaction (``stored.release_rows``), under
+the session's row lock.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from ..db.types import UTCDateTime, utcnow
 from ..entries import MULTIPLE_ENTRIES
 from .entry_rows import drop_dangling_in_rows, entry_cut, rewrite_row
 from .reads import SID, TENANT, rows_below
+from .stored import lock_session, release_rows
 
 __all__ = ["delete_session_rows", "rewind_rows"]
 
@@ -29,11 +34,6 @@ _CUT_ROW = Prepared(
     .order_by(m.sequence)
     .limit(1)
     .offset(bindparam("keep", type_=BigInteger))
-)
-_SESSION_LOCKED = (
-    select(sessions.c.session_id)
-    .where(sessions.c.tenant == TENANT, sessions.c.session_id == SID)
-    .with_for_update()
 )
 _DELETE_TAIL = Prepared(
     delete(messages).where(m.tenant == TENANT, m.session_id == SID, m.sequence >= _CUT)
@@ -108,19 +108,18 @@ def rewind_rows(
     calls inside such rows go too.
     """
     key = {"tenant": tenant, "sid": session_id}
-    if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
-        # The session's row first, as a fork and an append take it: one waits for the
-        # other instead of each holding rows the other needs (a deadlock on InnoDB).
-        conn.execute(_SESSION_LOCKED, key)
+    # The session's row first, as a fork and an append take it: one waits for the
+    # other instead of each holding rows the other needs (a deadlock on InnoDB).
+    lock_session(conn, tenant, session_id)
     plan = entry_cut(conn, tenant, session_id, keep_entries)
     keep_rows = keep_entries if plan is None else plan.keep_rows
     changed: list[int] = []  # sequences of multi-entry rows shortened
     cut_row = _CUT_ROW.execute(conn, {**key, "keep": keep_rows}).first()
     if plan is not None and plan.split is not None:
         # The first entry removed is inside a row: that row's segment is the cut one.
-        split_sequence, split_kept = plan.split
+        split_sequence, split_kept, split_stored = plan.split
         split_row = _CUT_ROW.execute(conn, {**key, "keep": keep_rows - 1}).one()
-        rewrite_row(conn, tenant, session_id, split_sequence, split_kept)
+        rewrite_row(conn, tenant, session_id, split_sequence, split_kept, split_stored)
         changed.append(split_sequence)
         cut = split_sequence + 1 if cut_row is None else cut_row[0]
         _, cut_run_id, cut_request_id = split_row
@@ -150,9 +149,11 @@ def rewind_rows(
         for sequence, entry_type, call_id in kept_part
         if entry_type == "tool_call" and call_id not in answered
     ]
+    release_rows(conn, tenant, session_id, low=cut)
     rows_removed = int(_DELETE_TAIL.execute(conn, at_cut).rowcount)
     removed = rows_removed if plan is None else plan.dropped
     if dangling:
+        release_rows(conn, tenant, session_id, min(dangling), max(dangling), set(dangling))
         _DELETE_ONE.execute(conn, key, [{"seq": seq} for seq in dangling])
         removed += len(dangling)
         rows_removed += len(dangling)
@@ -183,7 +184,10 @@ def rewind_rows(
 
 
 def delete_session_rows(conn: Connection, tenant: str, session_id: str) -> bool:
-    """Delete a session of ``tenant`` and everything it owns; True when it existed."""
+    """Delete a session of ``tenant`` and everything it owns, releasing the shared
+    values its entries name; True when it existed."""
+    lock_session(conn, tenant, session_id)
+    release_rows(conn, tenant, session_id)
     for table in (messages, session_runs, snapshots):
         conn.execute(
             delete(table).where(table.c.tenant == tenant, table.c.session_id == session_id)

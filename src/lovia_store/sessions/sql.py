@@ -14,6 +14,7 @@ id in two tenants is two sessions, and no method reaches another tenant's rows.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -41,7 +42,15 @@ from .log import (
     store_run,
     violates_run_key,
 )
-from .reads import BATCH, LOAD, SEGMENT_ROWS, SEGMENT_RUNS, build_segments
+from .reads import (
+    BATCH,
+    LOAD,
+    SEGMENT_ROWS,
+    SEGMENT_RUNS,
+    build_segments,
+    decoded_segment_rows,
+)
+from .stored import decoded, one_statement_documents
 
 if TYPE_CHECKING:
     from ..checkpoints.contract import Checkpointer
@@ -81,8 +90,18 @@ class SQLSession(SQLStore):
         """``load`` as the stored JSON documents (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
-        key = {"tenant": self.tenant, "sid": session_id}
-        documents = await self.database.read_one(LOAD, key, first_column=True, tenant=self.tenant)
+        tenant = self.tenant
+        key = {"tenant": tenant, "sid": session_id}
+        stored = await self.database.read_one(LOAD, key, first_column=True, tenant=tenant)
+        where = rows_of("lovia_messages", "session_id", session_id)
+        documents: Sequence[str | bytes] | None
+        documents = await one_statement_documents(self.database, tenant, stored, where)
+        if documents is None:  # a shared value went meanwhile: the rows and values at once
+
+            def again(conn: Connection) -> list[str | bytes]:
+                return decoded(conn, tenant, conn.execute(LOAD, key).scalars().all(), where)
+
+            documents = await self.database.read(again, tenant=tenant)
         # One document per entry: a row holding several (a zett message) is split.
         return expand_documents(documents, session_rows(session_id))
 
@@ -101,16 +120,32 @@ class SQLSession(SQLStore):
         return self._batches(session_id, batch)
 
     async def _batches(self, session_id: str, size: int) -> AsyncIterator[TranscriptEntry]:
+        tenant = self.tenant
         after = 0
         while True:
-            params = {"tenant": self.tenant, "sid": session_id, "after": after, "size": size}
-            rows = await self.database.read_one(BATCH, params, tenant=self.tenant)
+            params = {"tenant": tenant, "sid": session_id, "after": after, "size": size}
+            rows = await self.database.read_one(BATCH, params, tenant=tenant)
             where = session_rows(session_id, rows)
-            for entry in entries_from_json_rows([row.entry_json for row in rows], where):
+            stored = [row.entry_json for row in rows]
+            found = await one_statement_documents(self.database, tenant, stored, where)
+            if found is None:  # a shared value went meanwhile: the rows and values at once
+                again = functools.partial(self._batch, params=params)
+                rows, documents = await self.database.read(again, tenant=tenant)
+                where = session_rows(session_id, rows)
+            else:
+                documents = found
+            for entry in entries_from_json_rows(documents, where):
                 yield entry
             if len(rows) < size:
                 return
             after = rows[-1].sequence
+
+    def _batch(
+        self, conn: Connection, params: dict[str, Any]
+    ) -> tuple[Sequence[Any], list[str | bytes]]:
+        rows = conn.execute(BATCH, params).all()
+        where = session_rows(params["sid"], rows)
+        return rows, decoded(conn, self.tenant, [row.entry_json for row in rows], where)
 
     async def segments(self, session_id: str) -> list[Segment]:
         refuse_lovias_runner(self)  # lovia's Runner calls this first: fail before its model
@@ -127,12 +162,13 @@ class SQLSession(SQLStore):
         documents by ``decode`` (for adapters with entry models of their own)."""
         check_id(session_id, "session_id")
 
-        key = {"tenant": self.tenant, "sid": session_id}
+        tenant = self.tenant
+        key = {"tenant": tenant, "sid": session_id}
 
         def work(conn: Connection) -> tuple[Sequence[Any], Sequence[Any]]:
             rows = conn.execute(SEGMENT_ROWS, key).all()
             runs = conn.execute(SEGMENT_RUNS, key).all()
-            return rows, runs
+            return decoded_segment_rows(conn, tenant, session_id, rows, runs)
 
         rows, runs = await self.database.read(work, tenant=self.tenant)
         return build_segments(session_id, rows, runs, decode)

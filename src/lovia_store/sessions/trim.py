@@ -3,6 +3,10 @@
 Whether an output already ends with the marker is for ``trim_entry`` to say:
 the sentinel in a document may as well end a string of its raw value, its
 parts or its call id.
+
+A trimmed entry is stored anew through the codec and the old one's shared values
+are released, in the trim's transaction (which holds the session's row first, as
+every edit that releases does: ``stored.lock_session``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, bindparam, func, null, select, update
 from sqlalchemy.sql import Executable
 
+from ..db.contents import release_documents
 from ..db.dialect import capabilities
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
@@ -19,6 +24,7 @@ from ..db.text_sql import byte_length
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import ToolResultEntry, entries_from_json_rows, entry_to_json, session_rows
 from .reads import DOCUMENT, SID, TENANT, rows_below
+from .stored import condensed, decoded, lock_session, referring, store_entries, stored_text
 from .trimming import trim_entry
 
 __all__ = ["NO_CUTOFF", "trim_rows"]
@@ -33,7 +39,8 @@ _TRIM_CANDIDATES = Prepared(
         m.session_id == SID,
         m.sequence < bindparam("cutoff", type_=BigInteger()),
         m.entry_type == "tool_result",
-        byte_length(m.entry_json) > bindparam("keep", type_=BigInteger),  # bytes >= characters
+        # bytes >= characters, but for documents stored shorter than their text
+        (byte_length(m.entry_json) > bindparam("keep", type_=BigInteger)) | condensed(m.entry_json),
     )
 )
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
@@ -120,26 +127,39 @@ def trim_rows(
     conn: Connection, tenant: str, session_id: str, keep_chars: int, keep_runs: int
 ) -> int:
     """Trim inside the caller's transaction; returns how many outputs were shortened."""
+    lock_session(conn, tenant, session_id)
     cutoff = first_kept_sequence(conn, tenant, session_id, keep_runs)
     cut = NO_CUTOFF if cutoff is None else cutoff
     params = {"tenant": tenant, "sid": session_id, "cutoff": cut}
     candidates = _TRIM_CANDIDATES.execute(conn, {**params, "keep": keep_chars})
     changes: list[dict[str, Any]] = []
+    replaced: list[str] = []  # the stored entries trimmed that name shared values
     # Decoded a batch at a time: one validation call per batch, memory
     # bounded by a batch of (possibly huge) outputs.
     while rows := candidates.fetchmany(_TRIM_BATCH):
         where = session_rows(session_id, rows)
-        entries = entries_from_json_rows([document for _, document in rows], where)
-        for (sequence, _), entry in zip(rows, entries, strict=True):
+        documents = decoded(conn, tenant, [document for _, document in rows], where)
+        entries = entries_from_json_rows(documents, where)
+        for (sequence, stored), entry in zip(rows, entries, strict=True):
             assert isinstance(entry, ToolResultEntry)
             short = trim_entry(entry, keep_chars)
             if short is not None:
                 changes.append({"seq": sequence, "doc": entry_to_json(short)})
+                if referring(stored):
+                    replaced.append(stored_text(stored))
+    if not changes:
+        return 0
+    # The new documents' values counted before the old ones' are released: a value
+    # both name is never deleted and stored again.
+    texts = store_entries(conn, tenant, [change["doc"] for change in changes])
+    for change, text in zip(changes, texts, strict=True):
+        change["doc"] = text
     shared = {"tenant": tenant, "sid": session_id, "now": utcnow()}
-    if changes and capabilities(conn).one_statement_writes:
+    if capabilities(conn).one_statement_writes:
         seqs = [str(change["seq"]) for change in changes]
         docs = [change["doc"] for change in changes]
         _TRIM_IN_ONE_STATEMENT.execute(conn, {**shared, "seqs": seqs, "docs": docs})
-    elif changes:
+    else:
         _TRIM.execute(conn, shared, changes)
+    release_documents(conn, tenant, replaced)
     return len(changes)

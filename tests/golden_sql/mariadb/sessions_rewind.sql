@@ -63,10 +63,5 @@ FROM lovia_session_runs
 WHERE lovia_session_runs.tenant = :tenant AND lovia_session_runs.session_id = :sid AND (lovia_session_runs.entry_count > :entry_count_1 AND lovia_session_runs.first_sequence >= :cut OR lovia_session_runs.entry_count = :entry_count_2 AND lovia_session_runs.first_sequence > :empty_after);
 -- values: entry_count_1=0, entry_count_2=0
 
--- lovia_store.sessions.rewind:_SESSION_LOCKED
-SELECT lovia_sessions.session_id
-FROM lovia_sessions
-WHERE lovia_sessions.tenant = :tenant AND lovia_sessions.session_id = :sid FOR UPDATE;
-
 -- lovia_store.sessions.rewind:_SHORTEN_CUT_RUN (prepared)
 UPDATE lovia_session_runs SET entry_count=:remaining, meta_json=NULL WHERE lovia_session_runs.tenant = :tenant AND lovia_session_runs.session_id = :sid AND lovia_session_runs.run_id = :cut_run_id;

@@ -13,8 +13,8 @@ UPDATE lovia_messages SET entry_json=:doc, envelope_json=NULL, updated_at=:now W
 -- lovia_store.sessions.trim:_TRIM_CANDIDATES (prepared)
 SELECT lovia_messages.sequence, lovia_messages.entry_json AS entry_json
 FROM lovia_messages
-WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence < :cutoff AND lovia_messages.entry_type = :entry_type_1 AND octet_length(lovia_messages.entry_json) > :keep;
--- values: entry_type_1='tool_result'
+WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence < :cutoff AND lovia_messages.entry_type = :entry_type_1 AND (octet_length(lovia_messages.entry_json) > :keep OR (lovia_messages.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/') OR (lovia_messages.entry_json LIKE concat(:entry_json_2, '%') ESCAPE '/'));
+-- values: entry_json_1='\x01r', entry_json_2='\x01z', entry_type_1='tool_result'
 
 -- lovia_store.sessions.trim:_TRIM_IN_ONE_STATEMENT (prepared)
 -- not run on mariadb (runs where: one_statement_writes)

@@ -63,10 +63,5 @@ FROM lovia_session_runs
 WHERE lovia_session_runs.tenant = :tenant::VARCHAR AND lovia_session_runs.session_id = :sid::VARCHAR AND (lovia_session_runs.entry_count > :entry_count_1::BIGINT AND lovia_session_runs.first_sequence >= :cut::BIGINT OR lovia_session_runs.entry_count = :entry_count_2::BIGINT AND lovia_session_runs.first_sequence > :empty_after::BIGINT);
 -- values: entry_count_1=0, entry_count_2=0
 
--- lovia_store.sessions.rewind:_SESSION_LOCKED
-SELECT lovia_sessions.session_id
-FROM lovia_sessions
-WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :sid::VARCHAR FOR UPDATE;
-
 -- lovia_store.sessions.rewind:_SHORTEN_CUT_RUN (prepared)
 UPDATE lovia_session_runs SET entry_count=:remaining::BIGINT, meta_json=NULL WHERE lovia_session_runs.tenant = :tenant::VARCHAR AND lovia_session_runs.session_id = :sid::VARCHAR AND lovia_session_runs.run_id = :cut_run_id::VARCHAR;
