@@ -16,7 +16,9 @@ The allocation paths, side by side:
   the locked row back);
 - ``store_run``: a lovia run of N entries: on PostgreSQL one statement (the
   bump as a CTE, ``_APPEND_IN_ONE_STATEMENT``), elsewhere the bump, the run
-  row, then the entries;
+  row, then the entries. Its documents go through the Database's codec first
+  (``stored_run``); a run whose entries share long values takes the
+  transactional path everywhere, which counts their references;
 - ``append_message``: one Raw Log message.
 """
 
@@ -42,23 +44,28 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
+from ..db.contents import Encoding, encode_documents
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
+from ..db.documents import DocumentCodec
 from ..db.errors import violated_constraint
 from ..db.prepared import Prepared, per_dialect
 from ..db.tables import messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import call_id_of, encode_entries
 from ..errors import ConflictError
+from .stored import retain
 
 __all__ = [
     "RUN_STORED",
     "Bumped",
     "EncodedRun",
+    "StoredRun",
     "append_in_one_statement",
     "append_message",
     "bump_session",
     "encode_run",
     "store_run",
+    "stored_run",
     "violates_run_key",
 ]
 
@@ -261,20 +268,51 @@ def encode_run(entries: Sequence[object]) -> EncodedRun:
     )
 
 
+class StoredRun(NamedTuple):
+    """A run as its rows hold it: entries and meta through the Database's codec
+    (``stored_run``), and the long values the entries share, which the transaction
+    that writes them must count (``retain_shared``)."""
+
+    types: list[str]
+    call_ids: list[str | None]
+    entries: Encoding
+    meta_json: str | None
+
+    @property
+    def shares(self) -> bool:
+        """Whether writing it counts references (then not in one statement)."""
+        return bool(self.entries.shared)
+
+
+def stored_run(
+    codec: DocumentCodec, tenant: str, meta_json: str | None, run: EncodedRun
+) -> StoredRun:
+    """``run`` and its meta encoded for ``tenant``, touching no database. Entries are
+    shareable (they hold the tool outputs); the meta is compressed or sealed only."""
+    entries = encode_documents(codec, tenant, run.documents, shareable=True)
+    meta = encode_documents(codec, tenant, [meta_json]).stored[0]
+    return StoredRun(run.types, run.call_ids, entries, meta)
+
+
 def append_in_one_statement(
-    tenant: str, session_id: str, run_id: str, meta_json: str | None, run: EncodedRun
+    tenant: str, session_id: str, run_id: str, run: StoredRun
 ) -> tuple[Prepared, dict[str, Any]]:
     """``store_run`` as one statement and its parameters, for backends with
     ``one_statement_writes``: a stored run id makes it fail whole, the bump
-    included (``violates_run_key`` tells that failure)."""
-    bump = bump_params(tenant, session_id, messages=len(run.documents), runs=1, now=utcnow())
+    included (``violates_run_key`` tells that failure). Not for a run that
+    ``shares`` values: counting them takes statements of their own, in a
+    transaction (``store_run``)."""
+    if run.shares:
+        raise ValueError("a run that shares values is stored by store_run, in a transaction")
+    documents = run.entries.stored
+    bump = bump_params(tenant, session_id, messages=len(documents), runs=1, now=utcnow())
     params = {
         **bump,
         "run_id": run_id,
-        "meta_json": meta_json,
+        "meta_json": run.meta_json,
         "entry_types": run.types,
         "call_ids": run.call_ids,
-        "documents": run.documents,
+        "documents": documents,
     }
     return _APPEND_IN_ONE_STATEMENT, params
 
@@ -285,19 +323,13 @@ def violates_run_key(conflict: ConflictError) -> bool:
     return isinstance(cause, IntegrityError) and violated_constraint(cause) == _RUN_KEY
 
 
-def store_run(
-    conn: Connection,
-    tenant: str,
-    session_id: str,
-    run_id: str,
-    meta_json: str | None,
-    run: EncodedRun,
-) -> bool:
+def store_run(conn: Connection, tenant: str, session_id: str, run_id: str, run: StoredRun) -> bool:
     """Write one run and its entries in the caller's transaction: the bump, the run
-    row, the entries. False (with the session already bumped: roll back) when the
-    run id is stored."""
+    row, the references its entries make (``retain``), the entries. False
+    (with the session already bumped: roll back) when the run id is stored."""
     now = utcnow()
-    count = len(run.documents)
+    documents = run.entries.stored
+    count = len(documents)
     bumped = bump_session(conn, tenant, session_id, messages=count, runs=1, now=now)
     first = bumped.last_sequence - count + 1
     run_row = {
@@ -307,12 +339,13 @@ def store_run(
         "position": bumped.run_count,
         "first_sequence": first,
         "entry_count": count,
-        "meta_json": meta_json,
+        "meta_json": run.meta_json,
         "created_at": now,
     }
     if not insert_ignore(conn, session_runs, run_row):
         return False
     if count:
+        retain(conn, tenant, run.entries)
         shared = {
             "tenant": tenant,
             "session_id": session_id,
@@ -322,7 +355,9 @@ def store_run(
         }
         rows = [
             {"sequence": first + i, "entry_type": kind, "call_id": call_id, "entry_json": document}
-            for i, (kind, call_id, document) in enumerate(zip(*run, strict=True))
+            for i, (kind, call_id, document) in enumerate(
+                zip(run.types, run.call_ids, documents, strict=True)
+            )
         ]
         _INSERT_MESSAGES.execute(conn, shared, rows)
     return True

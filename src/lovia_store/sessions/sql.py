@@ -40,6 +40,7 @@ from .log import (
     append_in_one_statement,
     encode_run,
     store_run,
+    stored_run,
     violates_run_key,
 )
 from .reads import (
@@ -194,10 +195,12 @@ class SQLSession(SQLStore):
         """``append`` of a run already checked and encoded (ids, meta JSON, documents)."""
         check_call_ids(run.call_ids)
         tenant = self.tenant
+        # Encoded here, before the statement is chosen (and outside SQLite's writer).
+        stored = stored_run(self.database.codec, tenant, meta_json, run)
 
-        if capabilities(self.database.dialect).one_statement_writes:
+        if capabilities(self.database.dialect).one_statement_writes and not stored.shares:
             # One statement, atomic and idempotent by run id: the same append as below.
-            statement, params = append_in_one_statement(tenant, session_id, run_id, meta_json, run)
+            statement, params = append_in_one_statement(tenant, session_id, run_id, stored)
             try:
                 await self.database.write_one(statement, params, tenant=tenant)
             except ConflictError as exc:
@@ -206,7 +209,7 @@ class SQLSession(SQLStore):
             return
 
         def work(conn: Connection) -> None:
-            if not store_run(conn, tenant, session_id, run_id, meta_json, run):
+            if not store_run(conn, tenant, session_id, run_id, stored):
                 raise _AlreadyStored
 
         with contextlib.suppress(_AlreadyStored):
