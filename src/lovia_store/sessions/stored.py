@@ -19,8 +19,8 @@ session family needs on top of that API:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import BigInteger, Connection, String, bindparam, select
@@ -62,9 +62,9 @@ __all__ = [
 
 D = TypeVar("D", bound=str | bytes | None)
 
-_MARKS = (MARK, MARK.encode())
+_BYTES_MARK = MARK.encode()
+_MARKS = (MARK, _BYTES_MARK)
 _SHARED_MARKS = (SHARED_MARK, SHARED_MARK.encode())
-_KINDS: tuple[tuple[Any, str | bytes], ...] = ((bytes, MARK.encode()), (str, MARK))
 _NO_END = 2**63 - 1
 m = messages.c
 _TENANT = bindparam("tenant", type_=String())
@@ -74,15 +74,14 @@ _SID = bindparam("sid", type_=String())
 def _marked(documents: Sequence[str | bytes | None]) -> list[int]:
     """The indexes of the documents the codec wrote in its own form (none, mostly).
 
-    Asked first at C speed of reads that hold only bytes or only text (a whole
-    session's), in two thirds of the time a loop over the rows takes."""
-    for kind, mark in _KINDS:
-        try:
-            if not any(map(kind.startswith, documents, repeat(mark))):
-                return []
-        except TypeError:  # not all of this kind (a NULL among them)
-            continue
-        break
+    Its form starts with ``\x01``, below the first character of any JSON text: the
+    least document (a C loop of comparisons, a fifth of the time a loop over the
+    rows takes) tells when none is. NULLs, or text beside bytes, take the loop."""
+    least: Any = None
+    with contextlib.suppress(TypeError, ValueError):  # a NULL or both kinds; no rows
+        least = min(documents)  # type: ignore[type-var]
+    if least and least[:1] > (_BYTES_MARK if isinstance(least, bytes) else MARK):
+        return []
     return [i for i, document in enumerate(documents) if document and document[:1] in _MARKS]
 
 
