@@ -640,14 +640,9 @@ async def test_zett_s_agent_restores_its_session_through_the_codec(target: str, 
         assert await contents_rows(db) == []
 
 
-# -- what another family's code does to the Raw Log -----------------------------------------
+# -- a fork, which the Raw Log shares with lovia's sessions ---------------------------------
 
 
-@pytest.mark.xfail(
-    reason="fork_rows (sessions/fork.py) copies entries without retain_references: the "
-    "sessions family's change; this passes once it lands",
-    strict=False,
-)
 async def test_a_fork_counts_the_values_its_copies_share(target: str) -> None:
     async with Database(target, **CODECS["compressed"]) as db:
         store = SQLSessionStorage(db)

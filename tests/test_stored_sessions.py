@@ -248,13 +248,17 @@ async def test_a_wrong_or_missing_key_is_an_error_naming_the_row(backend: Backen
             assert batches.value.row == {"session_id": "s", "sequence": 1}
             with pytest.raises(EncryptionKeyError):
                 await store.trim_tool_results("s", keep_chars=1, keep_runs=0)
-            # A shared value that does not open is named as its own row.
+            # A shared value that does not open is named by the first message that
+            # names it; its own row is the cause.
             with pytest.raises(EncryptionKeyError) as shared:
                 await store.load("big")
             assert (shared.value.table, shared.value.row) == (
-                "lovia_contents",
-                {"tenant": "", "digest": digest},
+                "lovia_messages",
+                {"session_id": "big", "index": 2},
             )
+            cause = shared.value.__cause__
+            assert isinstance(cause, EncryptionKeyError)
+            assert (cause.table, cause.row) == ("lovia_contents", {"tenant": "", "digest": digest})
             assert await store.load("other") == []
 
 
@@ -308,20 +312,26 @@ async def test_a_value_released_after_a_one_statement_read_is_read_again(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A one-statement read sees no transaction: a clear committed between the rows
-    and the values they name is read again, in one snapshot (here: nothing)."""
-    async with opened(backend, **options("compressed")) as db:
-        store = SQLSession(db)
-        await store.append("s", run_of("1", BIG), run_id="r1")
-        read_one = db.read_one
+    and the values they name is read again, in one snapshot (here: nothing). The
+    reader is a Database of its own: one that wrote or read a value keeps it in
+    memory (by its digest, never stale) and needs no second read."""
+    async with (
+        opened(backend, **options("compressed")) as db,
+        opened(backend, **options("compressed")) as reader,
+    ):
+        writer = SQLSession(db)
+        store = SQLSession(reader)
+        await writer.append("s", run_of("1", BIG), run_id="r1")
+        read_one = reader.read_one
 
         async def then_cleared(*args: Any, **kwargs: Any) -> Any:
             rows = await read_one(*args, **kwargs)
-            await SQLSession(db).clear("s")
+            await writer.clear("s")
             return rows
 
-        monkeypatch.setattr(db, "read_one", then_cleared)
+        monkeypatch.setattr(reader, "read_one", then_cleared)
         assert await store.load("s") == []
-        await store.append("s", run_of("1", BIG), run_id="r1")
+        await writer.append("s", run_of("1", "x" + BIG), run_id="r1")
         assert [entry async for entry in store.iter_entries("s")] == []
         monkeypatch.undo()
         assert await stored_values(db) == []

@@ -12,7 +12,7 @@ does, and the framework reads the row from its entries.
 Sessions without such rows (everything lovia's own API writes) never read a
 document here: one indexed probe says there is none. Every statement is scoped
 by the ``tenant`` parameter as well as the session id. Documents are read through
-the codec (``stored.decoded``); a row rewritten or deleted releases the shared
+the codec (``contents.read_documents``); a row rewritten or deleted releases the shared
 values its old document named, and its new one is stored through the codec.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, String, bindparam, case, delete, null, select, update
 
-from ..db.contents import release_documents
+from ..db.contents import read_documents, release_documents, store_documents
 from ..db.prepared import Prepared
 from ..db.tables import messages
 from ..db.types import UTCDateTime, utcnow
@@ -36,7 +36,7 @@ from ..entries import (
     json_documents,
     session_rows,
 )
-from .stored import decoded, referring, store_entries
+from .stored import referring
 
 __all__ = ["EntryCut", "drop_dangling_in_rows", "entry_cut", "rewrite_row"]
 
@@ -94,7 +94,9 @@ def entry_cut(conn: Connection, tenant: str, session_id: str, keep_entries: int)
     kept = rows = dropped = 0
     split: tuple[int, list[Any], str] | None = None
     stored = _ROWS.execute(conn, key).all()
-    documents = decoded(conn, tenant, [row[1] for row in stored], session_rows(session_id, stored))
+    documents = read_documents(
+        conn, tenant, [row[1] for row in stored], session_rows(session_id, stored)
+    )
     for (sequence, text), document in zip(stored, documents, strict=True):
         entries = [None] if document is None else json_documents([document])[0]
         if kept + len(entries) <= keep_entries:
@@ -124,7 +126,7 @@ def rewrite_row(
         values = {
             "entry_type": entries[0].type if single else MULTIPLE_ENTRIES,
             "call_id": call_id_of(entries[0]) if single else None,
-            "doc": store_entries(conn, tenant, [document])[0],
+            "doc": store_documents(conn, tenant, [document], shareable=True)[0],
             "now": utcnow(),
         }
         _REWRITE.execute(conn, {**key, **values})
@@ -147,7 +149,7 @@ def drop_dangling_in_rows(
         key = {"tenant": tenant, "sid": session_id, "seq": sequence}
         stored = _DOCUMENT.execute(conn, key).scalar_one()
         where = session_rows(session_id, [(sequence,)])
-        entries = json_documents(decoded(conn, tenant, [stored], where), where)[0]
+        entries = json_documents(read_documents(conn, tenant, [stored], where), where)[0]
         kept = [
             e
             for e in entries

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..db.contents import retain_references
+from ..db.contents import read_documents, retain_references
 from ..db.dialect import insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
@@ -42,7 +42,7 @@ from ..db.types import utcnow
 from ..entries import MULTIPLE_ENTRIES, json_documents, session_rows
 from ..errors import UserError
 from .rewind import rewind_rows
-from .stored import decoded, referring_rows
+from .stored import referring_rows
 
 __all__ = ["FORK_ORIGIN", "count_entries", "fork_rows", "unknown_session"]
 
@@ -157,7 +157,7 @@ def count_entries(conn: Connection, tenant: str, session_id: str, rows: int | No
     if rows is None:
         rows = int(_ROW_COUNT.execute(conn, key).scalar_one())
     stored = [doc for (doc,) in _MULTIPLE_DOCUMENTS.execute(conn, key).all()]
-    documents = decoded(conn, tenant, stored, session_rows(session_id))
+    documents = read_documents(conn, tenant, stored, session_rows(session_id))
     return rows + sum(len(entries) - 1 for entries in json_documents(documents))
 
 
@@ -235,7 +235,9 @@ def _bound(conn: Connection, tenant: str, session_id: str, keep_entries: int) ->
         return int(_NTH_SEQUENCE.execute(conn, {**key, "n": keep_entries}).scalar_one())
     seen = 0
     rows = _ROW_SIZES.execute(conn, key).all()
-    documents = decoded(conn, tenant, [row[1] for row in rows], session_rows(session_id, rows))
+    documents = read_documents(
+        conn, tenant, [row[1] for row in rows], session_rows(session_id, rows)
+    )
     for (sequence, _), document in zip(rows, documents, strict=True):
         seen += 1 if document is None else len(json_documents([document])[0])
         if seen > keep_entries:

@@ -44,7 +44,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..db.contents import Encoding, encode_documents
+from ..db.contents import Encoding, encode_documents, retain_shared
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
 from ..db.documents import DocumentCodec
 from ..db.errors import violated_constraint
@@ -53,7 +53,6 @@ from ..db.tables import messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import call_id_of, encode_entries
 from ..errors import ConflictError
-from .stored import retain
 
 __all__ = [
     "RUN_STORED",
@@ -345,7 +344,7 @@ def store_run(conn: Connection, tenant: str, session_id: str, run_id: str, run: 
     if not insert_ignore(conn, session_runs, run_row):
         return False
     if count:
-        retain(conn, tenant, run.entries)
+        retain_shared(conn, tenant, run.entries)
         shared = {
             "tenant": tenant,
             "session_id": session_id,

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import BigInteger, Connection, String, bindparam, select
 
 from .._json import load_object
+from ..db.contents import read_documents
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
 from ..db.text_sql import utf8_bytes, utf8_bytes_every_row
 from ..entries import expand_documents, session_rows
-from .stored import decoded
 
 if TYPE_CHECKING:
     from .._json import Where
@@ -96,8 +96,8 @@ def decoded_segment_rows(
     """The rows of ``SEGMENT_ROWS`` and ``SEGMENT_RUNS``, read in ``conn``'s
     transaction, with their entries and metas as written."""
     where = session_rows(session_id, rows)
-    documents = decoded(conn, tenant, [row[3] for row in rows], where)
-    metas = decoded(conn, tenant, [run[3] for run in runs], _runs_at(session_id, runs))
+    documents = read_documents(conn, tenant, [row[3] for row in rows], where)
+    metas = read_documents(conn, tenant, [run[3] for run in runs], _runs_at(session_id, runs))
     return _replaced(rows, 3, documents), _replaced(runs, 3, metas)
 
 

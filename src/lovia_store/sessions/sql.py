@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection
 
 from .._lovia_guard import refuse_lovias_runner
+from ..db.contents import read_documents
 from ..db.dialect import capabilities
 from ..db.store import SQLStore, StoreTarget
 from ..entries import (
@@ -51,7 +52,7 @@ from .reads import (
     build_segments,
     decoded_segment_rows,
 )
-from .stored import decoded, one_statement_documents
+from .stored import one_statement_documents
 
 if TYPE_CHECKING:
     from ..checkpoints.contract import Checkpointer
@@ -100,7 +101,7 @@ class SQLSession(SQLStore):
         if documents is None:  # a shared value went meanwhile: the rows and values at once
 
             def again(conn: Connection) -> list[str | bytes]:
-                return decoded(conn, tenant, conn.execute(LOAD, key).scalars().all(), where)
+                return read_documents(conn, tenant, conn.execute(LOAD, key).scalars().all(), where)
 
             documents = await self.database.read(again, tenant=tenant)
         # One document per entry: a row holding several (a zett message) is split.
@@ -146,7 +147,7 @@ class SQLSession(SQLStore):
     ) -> tuple[Sequence[Any], list[str | bytes]]:
         rows = conn.execute(BATCH, params).all()
         where = session_rows(params["sid"], rows)
-        return rows, decoded(conn, self.tenant, [row.entry_json for row in rows], where)
+        return rows, read_documents(conn, self.tenant, [row.entry_json for row in rows], where)
 
     async def segments(self, session_id: str) -> list[Segment]:
         refuse_lovias_runner(self)  # lovia's Runner calls this first: fail before its model

@@ -19,7 +19,6 @@ session family needs on top of that API:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,16 +26,11 @@ from sqlalchemy import BigInteger, Connection, String, bindparam, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..db.contents import (
-    Encoding,
-    codec_of,
     decode_unshared,
-    encode_documents,
     has_references,
     read_documents,
     release_documents,
-    retain_shared,
 )
-from ..db.dialect import MYSQL
 from ..db.documents import MARK, SHARED_MARK
 from ..db.prepared import Prepared
 from ..db.tables import messages, sessions
@@ -45,18 +39,14 @@ from ..errors import EncryptionKeyError, StoredValueError
 if TYPE_CHECKING:
     from .._json import Where
     from ..db.database import Database
-    from ..db.documents import DocumentCodec
 
 __all__ = [
     "condensed",
-    "decoded",
     "lock_session",
     "one_statement_documents",
     "referring",
     "referring_rows",
     "release_rows",
-    "retain",
-    "store_entries",
     "stored_text",
 ]
 
@@ -71,20 +61,6 @@ _TENANT = bindparam("tenant", type_=String())
 _SID = bindparam("sid", type_=String())
 
 
-def _marked(documents: Sequence[str | bytes | None]) -> list[int]:
-    """The indexes of the documents the codec wrote in its own form (none, mostly).
-
-    Its form starts with ``\x01``, below the first character of any JSON text: the
-    least document (a C loop of comparisons, a fifth of the time a loop over the
-    rows takes) tells when none is. NULLs, or text beside bytes, take the loop."""
-    least: Any = None
-    with contextlib.suppress(TypeError, ValueError):  # a NULL or both kinds; no rows
-        least = min(documents)  # type: ignore[type-var]
-    if least and least[:1] > (_BYTES_MARK if isinstance(least, bytes) else MARK):
-        return []
-    return [i for i, document in enumerate(documents) if document and document[:1] in _MARKS]
-
-
 def stored_text(document: str | bytes) -> str:
     """A stored document as text (bytes where a read took its UTF-8)."""
     return document.decode() if isinstance(document, bytes) else document
@@ -95,53 +71,11 @@ def referring(document: str | bytes | None) -> bool:
     return document is not None and document[:2] in _SHARED_MARKS
 
 
-def _at(where: Where | None, indexes: list[int]) -> Where | None:
-    """``where`` for the marked documents alone: each still named as its row."""
-    if where is None:
-        return None
-    table, column, key_of = where
-    return table, column, lambda i: key_of(indexes[i])
-
-
-def _spliced(documents: Sequence[D], indexes: list[int], texts: list[str]) -> list[D | str]:
-    out: list[D | str] = list(documents)
-    for index, text in zip(indexes, texts, strict=True):
-        out[index] = text
-    return out
-
-
-def decoded(
-    conn: Connection, tenant: str, documents: Sequence[D], where: Where | None = None
-) -> list[D | str]:
-    """``documents`` as written, read in ``conn``'s transaction (the one that read them).
-
-    A document that does not read is a ``StoredValueError`` naming its row
-    (``where``, by the document's index), a missing or wrong key an
-    ``EncryptionKeyError``."""
-    indexes = _marked(documents)
-    if not indexes:
-        return list(documents)
-    texts = [stored_text(documents[i]) for i in indexes]  # type: ignore[arg-type]
-    return _spliced(documents, indexes, read_documents(conn, tenant, texts, _at(where, indexes)))
-
-
-def _unshared(
-    codec: DocumentCodec, tenant: str, documents: Sequence[D], where: Where | None
-) -> list[D | str] | None:
-    """``decoded`` without a transaction: None when a document names shared values."""
-    indexes = _marked(documents)
-    if not indexes:
-        return list(documents)
-    texts = [stored_text(documents[i]) for i in indexes]  # type: ignore[arg-type]
-    found = decode_unshared(codec, tenant, texts, _at(where, indexes))
-    return None if found is None else _spliced(documents, indexes, found)
-
-
 async def one_statement_documents(
-    database: Database, tenant: str, documents: Sequence[D], where: Where | None
-) -> list[D | str] | None:
+    database: Database, tenant: str, documents: Sequence[Any], where: Where | None
+) -> list[Any] | None:
     """Documents a one-statement read returned, as written; None when the caller
-    must read its rows again in one transaction, with ``decoded``.
+    must read its rows again in one transaction, with ``read_documents``.
 
     The shared values they name are read in a transaction of their own: a value
     is stored under the digest of its text, so whatever is found there is what
@@ -149,36 +83,17 @@ async def one_statement_documents(
     reference went: a concurrent clear) is missing, and only then (or for a
     damaged row, which the second read reports) are the rows read again.
     """
-    found = _unshared(database.codec, tenant, documents, where)
+    found = decode_unshared(database.codec, tenant, documents, where)
     if found is not None:
         return found
     try:
         return await database.read(
-            lambda conn: decoded(conn, tenant, documents, where), tenant=tenant
+            lambda conn: read_documents(conn, tenant, documents, where), tenant=tenant
         )
     except EncryptionKeyError:
         raise  # another snapshot would not open it either
     except StoredValueError:
         return None
-
-
-def retain(conn: Connection, tenant: str, encoding: Encoding) -> None:
-    """``retain_shared``, one value at a time on MySQL and MariaDB: there asyncmy's
-    executemany fails on the upsert of several values (its ``ON DUPLICATE KEY
-    UPDATE`` holds a parameter, which its multi-row rewrite leaves unfilled)."""
-    if len(encoding.shared) > 1 and conn.dialect.name in MYSQL:
-        for digest, counted in sorted(encoding.shared.items()):
-            retain_shared(conn, tenant, Encoding([], {digest: counted}))
-    else:
-        retain_shared(conn, tenant, encoding)
-
-
-def store_entries(conn: Connection, tenant: str, texts: Sequence[str]) -> list[str]:
-    """Entry documents as ``entry_json`` holds them (``store_documents``, shareable),
-    their shared values counted in ``conn``'s transaction."""
-    encoding = encode_documents(codec_of(conn), tenant, texts, shareable=True)
-    retain(conn, tenant, encoding)
-    return encoding.stored
 
 
 def condensed(column: ColumnElement[str]) -> ColumnElement[bool]:

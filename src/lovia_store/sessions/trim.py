@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, bindparam, func, null, select, update
 from sqlalchemy.sql import Executable
 
-from ..db.contents import release_documents
+from ..db.contents import read_documents, release_documents, store_documents
 from ..db.dialect import capabilities
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs
@@ -24,7 +24,7 @@ from ..db.text_sql import byte_length
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import ToolResultEntry, entries_from_json_rows, entry_to_json, session_rows
 from .reads import DOCUMENT, SID, TENANT, rows_below
-from .stored import condensed, decoded, lock_session, referring, store_entries, stored_text
+from .stored import condensed, lock_session, referring, stored_text
 from .trimming import trim_entry
 
 __all__ = ["NO_CUTOFF", "trim_rows"]
@@ -138,7 +138,7 @@ def trim_rows(
     # bounded by a batch of (possibly huge) outputs.
     while rows := candidates.fetchmany(_TRIM_BATCH):
         where = session_rows(session_id, rows)
-        documents = decoded(conn, tenant, [document for _, document in rows], where)
+        documents = read_documents(conn, tenant, [document for _, document in rows], where)
         entries = entries_from_json_rows(documents, where)
         for (sequence, stored), entry in zip(rows, entries, strict=True):
             assert isinstance(entry, ToolResultEntry)
@@ -151,7 +151,7 @@ def trim_rows(
         return 0
     # The new documents' values counted before the old ones' are released: a value
     # both name is never deleted and stored again.
-    texts = store_entries(conn, tenant, [change["doc"] for change in changes])
+    texts = store_documents(conn, tenant, [change["doc"] for change in changes], shareable=True)
     for change, text in zip(changes, texts, strict=True):
         change["doc"] = text
     shared = {"tenant": tenant, "sid": session_id, "now": utcnow()}
