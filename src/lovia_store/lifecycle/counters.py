@@ -17,6 +17,9 @@ statement per session. Each statement reads one consistent state while writers g
 on (a counter and the rows it counts are written in one transaction), and returns
 only the parents that disagree.
 
+The values stored once (``lovia_contents``) count the references documents make
+to them: ``references`` checks those counts in the same snapshot.
+
 Every join matches the tenant as well as the id and every group is a (tenant, id):
 the same id in two tenants is two sessions. The check covers one tenant or every
 tenant, and each mismatch names its tenant.
@@ -31,6 +34,7 @@ from sqlalchemy import BindParameter, Connection, and_, bindparam, func, or_, se
 from ..db.tables import messages, run_entries, run_heads, session_runs, sessions, snapshots
 from ..errors import UserError
 from ..validation import DEFAULT_TENANT, check_count
+from .references import reference_mismatches
 from .targets import Scope, Target, opened, scope_of, tenant_label
 
 if TYPE_CHECKING:
@@ -332,6 +336,7 @@ def _read(conn: Connection, limit: int, tenant: Scope) -> list[CounterMismatch]:
         mismatch = entry_counter(rid, entry_count, rows, top, tenant=t)
         if mismatch is not None:
             found.append(mismatch)
+    found.extend(reference_mismatches(conn, tenant, limit))  # in the same snapshot
     return found
 
 
@@ -347,7 +352,8 @@ async def counter_mismatches(
     target: Target, *, limit: int = 1000, tenant: str | None = None, all_tenants: bool = False
 ) -> list[CounterMismatch]:
     """The counters of ``target`` that disagree with their rows, sessions first (by
-    tenant and id), then runs; empty when every counter is true.
+    tenant and id), then runs, then shared values (``lovia_contents.refs``, by tenant
+    and digest: ``references``); empty when every counter is true.
 
     Of one tenant: ``tenant``, else the Database's (the default tenant ``""`` unless
     it was opened with one); ``all_tenants=True`` checks every tenant (what
@@ -356,8 +362,11 @@ async def counter_mismatches(
     Four statements, one per table of children (messages, segments, snapshots, run
     entries), each a single pass over that table grouped by its parent: the cost grows
     with the rows, never a statement per session. Each reads at most ``limit`` parents
-    that disagree. Only reads; the schema must be current (``SchemaNotCurrentError``
-    otherwise, as for every read).
+    that disagree. Then the references the shareable documents make are counted (the
+    rows that make any, in pages) against each shared value's ``refs``, at most
+    ``limit`` mismatches; a reference to a value that is not stored is one. All in
+    one read transaction. Only reads; the schema must be current
+    (``SchemaNotCurrentError`` otherwise, as for every read).
     """
     if check_count(limit, "limit", minimum=1) > _MAX_LIMIT:
         raise UserError(f"limit is at most {_MAX_LIMIT:,}, got {limit}")

@@ -4,7 +4,10 @@ Records are written in units of a bounded size, each in one transaction: a
 row whose key is absent is inserted; a row already there is left alone if it
 equals the record and refused (``DestinationConflictError``, nothing of the
 unit written) if it does not. So loading the same records twice changes
-nothing, and a load killed mid-way is finished by running it again.
+nothing, and a load killed mid-way is finished by running it again. Records hold
+documents' texts: a row is stored as the destination Database stores documents
+(compressed, encrypted, its long values shared: ``stored``), and a stored row is
+decoded before it is compared.
 
 A session (or a run head) and its rows are always in one transaction: units end
 between them, and one larger than a unit is staged in a temporary file and
@@ -33,6 +36,7 @@ from sqlalchemy.util import await_only
 from ..db.database import Database
 from ..errors import ConflictError
 from .records import KINDS, DestinationConflictError, Kind, Record
+from .stored import decode_rows, encode_rows
 
 __all__ = ["LoadCounts", "Loader", "differing_columns", "find_existing", "key_of"]
 
@@ -50,7 +54,7 @@ def find_existing(
     conn: Connection, kind: Kind, keys: Iterable[tuple[Any, ...]]
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The rows of ``kind`` the database holds under ``keys``, by key (each key leads
-    with its tenant: a row of another tenant is never found)."""
+    with its tenant: a row of another tenant is never found), their documents decoded."""
     table = kind.table
     columns = [table.c[name] for name in kind.key]
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -73,8 +77,12 @@ def find_existing(
                     for lead, rest in groups.items()
                 )
             )
-        for row in conn.execute(select(table).where(condition)):
-            mapping = dict(row._mapping)
+        rows = [
+            {str(name): value for name, value in row._mapping.items()}
+            for row in conn.execute(select(table).where(condition))
+        ]
+        decode_rows(conn, table, rows)  # compared with a record's texts
+        for mapping in rows:
             found[key_of(kind, mapping)] = mapping
     return found
 
@@ -314,9 +322,10 @@ class _Staged:
 
 def _insert(conn: Connection, kind: Kind, rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` in as few statements as their column sets allow: on PostgreSQL
-    through asyncpg, with ``COPY`` (what a bulk load costs at its cheapest)."""
+    through asyncpg, with ``COPY`` (what a bulk load costs at its cheapest). Their
+    documents are stored as the destination's codec says, references counted."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in rows:
+    for row in encode_rows(conn, kind.table, rows):
         groups.setdefault(tuple(row), []).append(row)
     for columns, group in groups.items():
         if conn.dialect.driver == "asyncpg":

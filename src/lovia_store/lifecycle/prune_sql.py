@@ -7,6 +7,8 @@ the page's sessions again under a row lock with every criterion re-applied: a
 session appended to since it was selected has a newer ``updated_at`` and
 stays, and so does one a resumable run started to name. Finished checkpoints
 are walked the same way on ``(updated_at, run_id)``, one status after another.
+The transaction that deletes rows releases the references their documents made
+to shared values (``stored.referencing``): a value nothing refers to goes with them.
 
 A prune works on one tenant: every statement says ``tenant = :tenant`` and every
 subquery matches the tenant as well as the id (a run protects only its own
@@ -27,11 +29,22 @@ from sqlalchemy import Connection, and_, delete, exists, or_, select, true, unio
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..checkpoints.sql import delete_runs
+from ..db.contents import release_documents
 from ..db.database import Database
 from ..db.dialect import db_clock_ms
-from ..db.tables import messages, run_heads, run_leases, session_runs, sessions, snapshots
+from ..db.tables import (
+    messages,
+    run_entries,
+    run_heads,
+    run_leases,
+    session_runs,
+    sessions,
+    snapshots,
+    tool_effects,
+)
 from ..errors import StoreBusyError, StoreUnavailableError
 from .retention import PruneOptions, PruneReport
+from .stored import referencing
 from .targets import Scope
 
 __all__ = ["prune_database", "reclaim_space"]
@@ -161,10 +174,28 @@ def _delete_sessions(
     if not still:
         return [], []
     runs = _linked_runs(conn, tenant, still, lock=True)
+    released = referencing(conn, messages, tenant, [messages.c.session_id.in_(still)])
     for table in (messages, session_runs, snapshots, sessions):
         conn.execute(delete(table).where(table.c.tenant == tenant, table.c.session_id.in_(still)))
-    delete_runs(conn, tenant, runs)
+    _delete_runs(conn, tenant, runs, released)
     return still, runs
+
+
+def _delete_runs(
+    conn: Connection, tenant: str, run_ids: Sequence[str], released: list[str] | None = None
+) -> None:
+    """``delete_runs``, the runs' entries and tool effects deleted here first, and the
+    shared values they (and ``released``) named released last, in the caller's
+    transaction: released once, whatever ``delete_runs`` releases of the rows it
+    deletes itself (it finds none)."""
+    released = [] if released is None else released
+    if run_ids:
+        for table in (run_entries, tool_effects):
+            mine = [table.c.run_id.in_(run_ids)]
+            released += referencing(conn, table, tenant, mine)
+            conn.execute(delete(table).where(table.c.tenant == tenant, *mine))
+        delete_runs(conn, tenant, run_ids)
+    release_documents(conn, tenant, released)
 
 
 def checkpoint_statuses(options: PruneOptions) -> tuple[str, ...]:
@@ -211,7 +242,7 @@ def _delete_checkpoints(
         .with_for_update()
     )
     still = list(conn.execute(query).scalars())
-    delete_runs(conn, tenant, still)
+    _delete_runs(conn, tenant, still)
     return still
 
 

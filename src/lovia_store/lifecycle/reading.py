@@ -1,14 +1,15 @@
 """A database's content as a stream of records, in pages: memory stays bounded.
 
 Each page is one short read transaction, so a copy of a large database never
-holds a long one open on a live source. A session is read as of its row: the
-session row is read first, and only the messages, segments and snapshots its
-counters cover are read after it (``sequence <= last_sequence``, ``position <=
-run_count``, ``version <= snapshot_version``), so what a writer appends while
-the session is being read is left out; likewise a run's entries up to its
-head's ``entry_count``. A session rewound or trimmed while it is being read
-can come out mixed: the copy's verification, which reads both databases
-again, reports it.
+holds a long one open on a live source. A record holds each document's text: a
+page's stored documents are decoded in the transaction that reads it
+(``stored``). A session is read as of its row: the session row is read first,
+and only the messages, segments and snapshots its counters cover are read after
+it (``sequence <= last_sequence``, ``position <= run_count``, ``version <=
+snapshot_version``), so what a writer appends while the session is being read is
+left out; likewise a run's entries up to its head's ``entry_count``. A session
+rewound or trimmed while it is being read can come out mixed: the copy's
+verification, which reads both databases again, reports it.
 
 Every read is kept to a tenant scope (``targets.Scope``): one tenant (every
 statement says ``tenant = :tenant``), or every tenant (rows in tenant order, and
@@ -27,6 +28,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..db.database import Database
 from ..errors import StoredValueError
 from .records import KINDS, Kind, Record
+from .stored import decode_rows
 from .targets import Scope, tenant_filter
 
 __all__ = ["PAGE", "count_rows", "read_records", "read_sessions"]
@@ -79,6 +81,7 @@ def _page(
         rows = [dict(zip(keys, row, strict=True)) for row in result]
         for row in rows:
             _check_text(kind, row)
+        decode_rows(conn, table, rows)  # the texts, read with the shared values they name
         return rows
 
     return db.read(work, stale=True)

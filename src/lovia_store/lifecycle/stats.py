@@ -1,8 +1,10 @@
 """``database_stats``: what a deployment's database holds and how big it has grown.
 
-Counts come from the session rows (``message_count`` is kept beside every append)
-and the run heads; sizes from the backend's own accounting (SQLite's pages plus its
-write-ahead log, PostgreSQL's relation sizes, MariaDB's ``information_schema``). The
+Counts come from the session rows (``message_count`` is kept beside every append),
+the run heads and the long values stored once (``lovia_contents``: how many, their
+stored bytes, the references to them); sizes from the backend's own accounting
+(SQLite's pages plus its write-ahead log, PostgreSQL's relation sizes, MariaDB's
+``information_schema``). The
 largest sessions are one ordered read of the session rows; the largest tool outputs
 measure every stored tool result, a scan of the Raw Log's tool results (no index
 knows a document's length), so on a big database that part takes a while.
@@ -32,11 +34,18 @@ from sqlalchemy import (
 from sqlalchemy.types import LargeBinary
 
 from ..db.database import Database
-from ..db.tables import messages, metadata, run_heads, sessions
+from ..db.tables import contents, messages, metadata, run_heads, sessions
 from ..validation import check_count
 from .targets import Scope, Target, opened, scope_of
 
-__all__ = ["DatabaseStats", "SessionSize", "TenantStats", "ToolOutputSize", "database_stats"]
+__all__ = [
+    "ContentStats",
+    "DatabaseStats",
+    "SessionSize",
+    "TenantStats",
+    "ToolOutputSize",
+    "database_stats",
+]
 
 RESUMABLE = ("running", "interrupted")
 FINISHED = ("completed", "failed")
@@ -44,6 +53,26 @@ FINISHED = ("completed", "failed")
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ContentStats(_Frozen):
+    """The long values stored once (``lovia_contents``): how many, their ``stored_bytes``
+    (compressed, and encrypted where the Database encrypts), their length as text
+    (``text_chars``, before compression) and the ``references`` documents make to them
+    (a value referred to ten times is stored once)."""
+
+    values: int = 0
+    stored_bytes: int = 0
+    text_chars: int = 0
+    references: int = 0
+
+    def __add__(self, other: ContentStats) -> ContentStats:
+        return ContentStats(
+            values=self.values + other.values,
+            stored_bytes=self.stored_bytes + other.stored_bytes,
+            text_chars=self.text_chars + other.text_chars,
+            references=self.references + other.references,
+        )
 
 
 class TenantStats(_Frozen):
@@ -54,6 +83,7 @@ class TenantStats(_Frozen):
     messages: int
     runs_in_flight: int
     finished_runs: int
+    contents: ContentStats = ContentStats()
 
 
 class SessionSize(_Frozen):
@@ -68,7 +98,9 @@ class SessionSize(_Frozen):
 
 class ToolOutputSize(_Frozen):
     """One of the largest stored tool outputs: where it is and its stored size in bytes
-    (the whole entry as stored, UTF-8: output, ``raw`` and ``parts``)."""
+    (the whole entry as its row stores it, UTF-8: output, ``raw`` and ``parts``,
+    compressed or encrypted where they are, without the long values it shares, which
+    ``contents`` counts)."""
 
     tenant: str = ""
     session_id: str
@@ -85,7 +117,8 @@ class DatabaseStats(_Frozen):
     interrupted), ``finished_runs`` those completed or failed. ``size_bytes`` is
     the backend's own figure for our tables (see docs/operations.md: MariaDB's is
     an estimate InnoDB refreshes now and then), ``size_detail`` how it was made:
-    the whole database's, every tenant's.
+    the whole database's, every tenant's. ``contents`` are the long values stored
+    once, counted per tenant too (``TenantStats.contents``).
 
     ``tenant`` is the tenant measured (None: every tenant), ``tenants`` the counts
     of each tenant measured (those with any row, and the one asked for), by name;
@@ -100,6 +133,7 @@ class DatabaseStats(_Frozen):
     messages: int
     runs_in_flight: int
     finished_runs: int
+    contents: ContentStats = ContentStats()
     size_bytes: int
     size_detail: dict[str, int]
     largest_sessions: list[SessionSize]
@@ -109,6 +143,7 @@ class DatabaseStats(_Frozen):
 s = sessions.c
 m = messages.c
 h = run_heads.c
+v = contents.c
 _TABLES = sorted(metadata.tables)
 _TENANT: BindParameter[str] = bindparam("tenant")
 
@@ -130,6 +165,17 @@ def _runs(tenant: Scope) -> Any:
         func.coalesce(func.sum(case((h.status.in_(FINISHED), 1), else_=0)), 0),
     ).select_from(run_heads)
     return _scoped(query, h.tenant, tenant).group_by(h.tenant)
+
+
+def _contents(tenant: Scope) -> Any:
+    query = select(
+        v.tenant,
+        func.count(),
+        func.coalesce(func.sum(func.length(v.data)), 0),
+        func.coalesce(func.sum(v.size), 0),
+        func.coalesce(func.sum(v.refs), 0),
+    ).select_from(contents)
+    return _scoped(query, v.tenant, tenant).group_by(v.tenant)
 
 
 _TOP = bindparam("top", type_=BigInteger())
@@ -178,14 +224,21 @@ async def database_stats(
 
 def _measure(conn: Connection, db: Database, top: int, tenant: Scope) -> DatabaseStats:
     bound = {"top": top, "tenant": tenant}
-    counts: dict[str, list[int]] = {} if tenant is None else {tenant: [0, 0, 0, 0]}
+    counts: dict[str, list[int]] = {} if tenant is None else {tenant: [0] * 8}
     for name, session_count, message_count in conn.execute(_counts(tenant), bound):
-        counts.setdefault(name, [0, 0, 0, 0])[:2] = [int(session_count), int(message_count)]
+        counts.setdefault(name, [0] * 8)[:2] = [int(session_count), int(message_count)]
     for name, in_flight, finished in conn.execute(_runs(tenant), bound):
-        counts.setdefault(name, [0, 0, 0, 0])[2:] = [int(in_flight), int(finished)]
+        counts.setdefault(name, [0] * 8)[2:4] = [int(in_flight), int(finished)]
+    for name, *shared in conn.execute(_contents(tenant), bound):
+        counts.setdefault(name, [0] * 8)[4:] = [int(n) for n in shared]
     tenants = [
         TenantStats(
-            tenant=name, sessions=n[0], messages=n[1], runs_in_flight=n[2], finished_runs=n[3]
+            tenant=name,
+            sessions=n[0],
+            messages=n[1],
+            runs_in_flight=n[2],
+            finished_runs=n[3],
+            contents=ContentStats(values=n[4], stored_bytes=n[5], text_chars=n[6], references=n[7]),
         )
         for name, n in sorted(counts.items())
     ]
@@ -213,6 +266,7 @@ def _measure(conn: Connection, db: Database, top: int, tenant: Scope) -> Databas
         messages=sum(t.messages for t in tenants),
         runs_in_flight=sum(t.runs_in_flight for t in tenants),
         finished_runs=sum(t.finished_runs for t in tenants),
+        contents=sum((t.contents for t in tenants), ContentStats()),
         size_bytes=sum(detail.values()),
         size_detail=detail,
         largest_sessions=largest,

@@ -1,0 +1,337 @@
+"""The lifecycle operations over stored documents (issue 33): compressed, shared once,
+encrypted.
+
+Copy moves a deployment between databases that store documents differently
+(plain, compressed, encrypted, encrypted under another key), each way, verified
+row by row; an export is plain JSON whatever the source, equal to a plain
+database's; an import stores as the importing Database says; a prune releases the
+references of what it deletes; stats report the shared values and check their
+reference counts (a broken count and a dangling reference are named). On SQLite,
+PostgreSQL and MariaDB. The rows are written through the contents API
+(``stored_support``), so these tests stand on the codec and the lifecycle alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, delete, update
+
+from lovia_store import Database, upgrade
+from lovia_store.cli.app import main
+from lovia_store.db import tables
+from lovia_store.errors import EncryptionKeyError
+from lovia_store.lifecycle import (
+    copy_database,
+    counter_mismatches,
+    export,
+    import_file,
+    prune,
+    stored,
+)
+from lovia_store.lifecycle.stats import database_stats
+from stored_support import (
+    DOCUMENTS,
+    FORMS,
+    KINDS,
+    SECRET,
+    SHAREABLE,
+    assert_counts_true,
+    contents_of,
+    database,
+    decoded_rows,
+    encoded,
+    insert_world,
+    plain_world,
+    shared_bytes,
+    stored_texts,
+    world,
+    write_world,
+)
+
+
+async def assert_stored_as(db: Database, form: str) -> None:
+    """Every document is stored as ``form`` says: in clear as written (plain), long ones
+    compressed (compressed), none in clear (encrypted); the shared values likewise."""
+    texts = await stored_texts(db)
+    assert texts
+    values = await shared_bytes(db)
+    if form == "plain":
+        assert not any(encoded(text) for _, _, text in texts)
+        assert values == []
+        return
+    if form == "compressed":
+        assert any(encoded(text) for _, _, text in texts)
+        assert all(encoded(text) for _, _, text in texts if len(text) > 200)
+        assert values and all(not v.startswith(b"e") for v in values)
+        return
+    assert all(encoded(text) and SECRET not in text for _, _, text in texts), form
+    assert values and all(v.startswith(b"e") and SECRET.encode() not in v for v in values)
+
+
+async def assert_same_world(db: Database, *tenants: str) -> None:
+    assert await decoded_rows(db) == plain_world(*tenants)
+    await assert_counts_true(db)
+    assert await counter_mismatches(db, all_tenants=True) == []
+
+
+# -- copy ------------------------------------------------------------------------------
+
+
+CHAIN = ["plain", "encrypted", "compressed", "encrypted2", "plain"]
+"""Each step copies the previous database into a new one stored this way."""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_copy_moves_every_row_between_plain_compressed_and_encrypted_databases(
+    kind: str, tmp_path: Path
+) -> None:
+    """plain -> encrypted -> compressed -> encrypted (another key) -> plain: every copy
+    verified by its report and row by row (every session, message, segment, snapshot,
+    run, entry, effect and lease decoded and equal to what was written), each
+    database stored as its own options say, every reference counted; a second copy
+    finds everything there (decoded rows compared), counting nothing twice."""
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [
+            await stack.enter_async_context(database(kind, tmp_path, f"step{step}"))
+            for step in range(len(CHAIN))
+        ]
+        async with Database(urls[0], **FORMS[CHAIN[0]]) as first:
+            await write_world(first, "", "acme")
+            await assert_stored_as(first, "plain")
+        for step in range(1, len(CHAIN)):
+            before, after = CHAIN[step - 1], CHAIN[step]
+            async with (
+                Database(urls[step - 1], **FORMS[before]) as src,
+                Database(urls[step], **FORMS[after]) as dst,
+            ):
+                report = await copy_database(src, dst, all_tenants=True)
+                assert report.ok, report.differing
+                assert report.inserted["message"] == 24 and report.inserted["tool_effect"] == 4
+                shared = await contents_of(dst)
+                again = await copy_database(src, dst, all_tenants=True)
+                assert again.ok and not sum(again.inserted.values())
+                assert again.unchanged["message"] == 24
+                assert await contents_of(dst) == shared
+                await assert_stored_as(dst, after.rstrip("2"))
+                await assert_same_world(dst, "", "acme")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_copy_needs_the_sources_key_and_names_the_row(kind: str, tmp_path: Path) -> None:
+    async with (
+        database(kind, tmp_path, "src") as src_url,
+        database(kind, tmp_path, "dst") as dst_url,
+    ):
+        async with Database(src_url, **FORMS["encrypted"]) as src:
+            await write_world(src)
+        async with Database(src_url, **FORMS["encrypted2"]) as wrong, Database(dst_url) as dst:
+            with pytest.raises(EncryptionKeyError) as raised:
+                await copy_database(wrong, dst)
+        assert raised.value.table in {"lovia_messages", "lovia_session_runs", "lovia_snapshots"}
+        assert raised.value.row and raised.value.key_id
+
+
+# -- export and import -----------------------------------------------------------------
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_encrypted_database_exports_the_plain_json_a_plain_one_does(
+    kind: str, tmp_path: Path
+) -> None:
+    async with (
+        database(kind, tmp_path, "plain") as plain_url,
+        database(kind, tmp_path, "sealed") as sealed_url,
+    ):
+        async with Database(plain_url, **FORMS["plain"]) as plain:
+            await write_world(plain)
+            await export(plain, tmp_path / "plain.jsonl")
+        async with Database(sealed_url, **FORMS["encrypted"]) as sealed:
+            await write_world(sealed)
+            await assert_stored_as(sealed, "encrypted")
+            report = await export(sealed, tmp_path / "sealed.jsonl.gz")
+        assert report.counts["message"] == 12
+        mine, theirs = lines(tmp_path / "plain.jsonl"), lines(tmp_path / "sealed.jsonl.gz")
+        assert mine[0].pop("exported_at") and theirs[0].pop("exported_at")
+        assert [r for r in mine if r["record"] != "header"] == [
+            r for r in theirs if r["record"] != "header"
+        ]
+        raw = (tmp_path / "sealed.jsonl.gz").read_bytes()
+        text = gzip.decompress(raw).decode()
+        assert "\x01" not in text and text.count(SECRET) >= 12 * 4
+        # exactly the text written: each message's entry as it went in
+        written = plain_world()["lovia_messages"]
+        exported = [r for r in theirs if r["record"] == "message"]
+        assert [r["entry_json"] for r in exported] == [r["entry_json"] for r in written]
+        # and the key is needed: without it, nothing is written in its place
+        async with Database(sealed_url) as keyless:
+            with pytest.raises(EncryptionKeyError):
+                await export(keyless, tmp_path / "nokey.jsonl")
+        assert not (tmp_path / "nokey.jsonl").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_import_stores_as_the_importing_database_says(kind: str, tmp_path: Path) -> None:
+    async with (
+        database(kind, tmp_path, "plain") as plain_url,
+        database(kind, tmp_path, "sealed") as sealed_url,
+    ):
+        async with Database(plain_url, **FORMS["plain"]) as plain:
+            await write_world(plain, "", "acme")
+            await export(plain, tmp_path / "all.jsonl", all_tenants=True)
+        async with Database(sealed_url, **FORMS["encrypted"]) as sealed:
+            report = await import_file(sealed, tmp_path / "all.jsonl", all_tenants=True)
+            assert report.inserted["message"] == 24 and report.inserted["tool_effect"] == 4
+            await assert_stored_as(sealed, "encrypted")
+            await assert_same_world(sealed, "", "acme")
+            shared = await contents_of(sealed)
+            again = await import_file(sealed, tmp_path / "all.jsonl", all_tenants=True)
+            assert not again.changed and again.unchanged["message"] == 24
+            assert await contents_of(sealed) == shared  # nothing counted twice
+            # a dry run compares decoded rows too: all there, nothing to insert
+            dry = await import_file(sealed, tmp_path / "all.jsonl", all_tenants=True, dry_run=True)
+            assert not dry.changed and dry.unchanged["run_entry"] == 8
+        async with Database(sealed_url, **FORMS["encrypted2"]) as wrong:
+            with pytest.raises(EncryptionKeyError):
+                await import_file(wrong, tmp_path / "all.jsonl", all_tenants=True)
+
+
+# -- prune -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["compressed", "encrypted"])
+@pytest.mark.parametrize("kind", KINDS)
+async def test_prune_releases_the_references_of_what_it_deletes(
+    kind: str, form: str, tmp_path: Path
+) -> None:
+    async with database(kind, tmp_path, "db") as url, Database(url, **FORMS[form]) as db:
+        await write_world(db, "", "acme")
+        before = await contents_of(db)
+        assert before and all(refs >= 1 for refs in before.values())
+        # s-0 (idle for 30 days) and its run go, in the default tenant only
+        report = await prune(db, older_than=timedelta(days=7))
+        assert report.sessions == ["s-0"] and report.runs == ["run-0"]
+        await assert_counts_true(db)
+        after = await contents_of(db)
+        assert sum(after.values()) < sum(before.values())
+        assert {k: v for k, v in after.items() if k[0] == "acme"} == {
+            k: v for k, v in before.items() if k[0] == "acme"
+        }
+        assert await counter_mismatches(db, all_tenants=True) == []
+        # everything, every tenant: nothing is left referred to, so nothing is left
+        await prune(db, keep_last=0, checkpoints_older_than=timedelta(0), all_tenants=True)
+        assert await contents_of(db) == {}
+        assert await stored_texts(db) == []
+
+
+# -- stats and check -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_stats_report_the_shared_values_per_tenant(kind: str, tmp_path: Path) -> None:
+    async with database(kind, tmp_path, "db") as url, Database(url, **FORMS["encrypted"]) as db:
+        await write_world(db, "", "acme")
+        shared = await contents_of(db)
+        data = await shared_bytes(db)
+        stats = await database_stats(db, all_tenants=True)
+        assert stats.contents.values == len(shared)
+        assert stats.contents.references == sum(shared.values())
+        assert stats.contents.stored_bytes == sum(len(d) for d in data)
+        assert 0 < stats.contents.stored_bytes < stats.contents.text_chars
+        by_tenant = {t.tenant: t.contents for t in stats.tenants}
+        assert set(by_tenant) == {"", "acme"}
+        for tenant, measured in by_tenant.items():
+            mine = {d: r for (t, d), r in shared.items() if t == tenant}
+            assert measured.values == len(mine) and measured.references == sum(mine.values())
+        one = await database_stats(db, tenant="acme")
+        assert one.contents == by_tenant["acme"]
+        code, out = await cli_json("stats", url, "--all-tenants", "--json")
+        assert code == 0 and out["contents"]["values"] == len(shared)
+        assert {t["tenant"]: t["contents"]["references"] for t in out["tenants"]} == {
+            t: sum(r for (owner, _), r in shared.items() if owner == t) for t in ("", "acme")
+        }
+
+
+async def cli_json(*args: str) -> tuple[int, Any]:
+    """``lovia-store ARGS`` (in a thread: it runs its own event loop), its JSON output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await asyncio.to_thread(main, list(args))
+    return code, json.loads(out.getvalue()) if out.getvalue().strip() else None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_check_names_a_broken_reference_count_and_a_dangling_reference(
+    kind: str, tmp_path: Path
+) -> None:
+    async with database(kind, tmp_path, "db") as url, Database(url, **FORMS["compressed"]) as db:
+        await write_world(db, "", "acme")
+        assert await counter_mismatches(db, all_tenants=True) == []
+        shared = await contents_of(db)
+        (tenant, counted), *_ = sorted(k for k in shared if k[0] == "acme")
+        (_, dangling), *_ = sorted(k for k in shared if k[0] == "")
+        c = tables.contents.c
+
+        def damage(conn: Connection) -> None:
+            conn.execute(
+                update(tables.contents)
+                .where(c.tenant == tenant, c.digest == counted)
+                .values(refs=c.refs + 2)
+            )
+            conn.execute(delete(tables.contents).where(c.tenant == "", c.digest == dangling))
+
+        await db.write(damage)
+        found = await counter_mismatches(db, all_tenants=True)
+        assert [(m.table, m.tenant, m.id, m.counter) for m in found] == [
+            ("lovia_contents", "", dangling, "refs"),
+            ("lovia_contents", "acme", counted, "refs"),
+        ]
+        gone, broken = found
+        assert gone.says == 0 and gone.holds == shared[("", dangling)]
+        assert "is not stored" in gone.detail and dangling in gone.detail
+        assert broken.says == shared[(tenant, counted)] + 2
+        assert broken.holds == shared[(tenant, counted)]
+        assert "tenant 'acme'" in broken.detail
+        assert await counter_mismatches(db, tenant="acme") == [broken]
+        code, out = await cli_json("check", url, "--json")
+        assert code == 5 and out["error"] == "CounterMismatchError"
+        assert {(m["table"], m["tenant"], m["id"]) for m in out["mismatches"]} == {
+            ("lovia_contents", "", dangling),
+            ("lovia_contents", "acme", counted),
+        }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_check_reads_the_references_of_long_lists(kind: str, tmp_path: Path) -> None:
+    """A document naming so many shared values that their list outgrows the head the
+    check reads is read whole: its references all count."""
+    async with database(kind, tmp_path, "db") as url, Database(url, **FORMS["compressed"]) as db:
+        await upgrade(db)
+        many = json.dumps({"outputs": [f"{SECRET} {i} " + "x" * 80 for i in range(120)]})
+        rows = world("", sessions=1, messages=3)
+        for row in rows[tables.tool_effects]:
+            row["result_json"] = many
+        await db.write(lambda conn: insert_world(conn, rows))
+        texts = [t for table, _, t in await stored_texts(db) if table == "lovia_tool_effects"]
+        assert len(texts[0].split("\x1f", 3)[2]) > 4096
+        await assert_counts_true(db)
+        assert await counter_mismatches(db) == []
+
+
+def test_the_lifecycle_knows_every_document_column_and_the_three_shareable_ones() -> None:
+    assert stored.DOCUMENTS == DOCUMENTS
+    assert {t: c[0] for t, c in stored.SHAREABLE.items()} == SHAREABLE
