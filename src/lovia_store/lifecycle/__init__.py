@@ -1,6 +1,7 @@
 """The data's whole life: copy a deployment between databases, export and import,
-retention, statistics, the counters' check. Each operation is a library call first; the command line
-(``lovia-store copy|export|import|prune|stats``) is a thin layer over it.
+retention, statistics, the counters' check, rekeying what is stored. Each operation is a
+library call first; the command line (``lovia-store copy|export|import|prune|stats|rekey``)
+is a thin layer over it.
 
 Export, import and copy share one core: a database's content as a stream of
 records (``records``: the versioned, line-oriented format; ``reading``: the
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from .exporting import ExportReport, export
     from .importing import MAX_LINE_BYTES, ImportReport, import_file, read_file
     from .records import FORMAT, VERSION, DestinationConflictError, ExportFormatError
+    from .rekeying import RekeyReport, rekey
     from .retention import PruneReport, prune
     from .verify import Summary, Tally, summarize
 
@@ -33,6 +35,7 @@ _LAZY: dict[str, str] = by_name(
         ".exporting": "ExportReport export",
         ".importing": "MAX_LINE_BYTES ImportReport import_file read_file",
         ".records": "FORMAT VERSION DestinationConflictError ExportFormatError",
+        ".rekeying": "RekeyReport rekey",
         ".retention": "PruneReport prune",
         ".verify": "Summary Tally summarize",
     }
@@ -53,6 +56,7 @@ __all__ = [
     "ExportReport",
     "ImportReport",
     "PruneReport",
+    "RekeyReport",
     "SessionCheck",
     "Summary",
     "Tally",
@@ -62,5 +66,6 @@ __all__ = [
     "import_file",
     "prune",
     "read_file",
+    "rekey",
     "summarize",
 ]
