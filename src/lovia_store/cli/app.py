@@ -82,6 +82,7 @@ _COMMANDS = {
     "import": ".lifecycle_commands:import_command",
     "copy": ".lifecycle_commands:copy_command",
     "prune": ".prune_command:prune_command",
+    "rekey": ".rekey_command:rekey_command",
     "stats": ".stats_command:stats_command",
     "tenants": ".rls_command:tenants_command",
 }

@@ -24,9 +24,11 @@ from .options import (
     URL_HELP,
     default_url,
     json_option,
+    key_options,
     paging_options,
     schema_option,
     selected_tenants,
+    stored,
     tenant_options,
     url_argument,
 )
@@ -180,6 +182,7 @@ def _took(segment: Segment) -> str:
 @schema_option
 @paging_options("runs", default_limit=0)
 @tenant_options("whose session to show", all_tenants=False)
+@key_options()
 @json_option
 @click.pass_obj
 def show_command(
@@ -190,18 +193,22 @@ def show_command(
     limit: int,
     offset: int,
     tenant: str | None,
+    encryption_key: tuple[str, ...],
     as_json: bool,
 ) -> int:
     """Print the transcript of SESSION_ID at URL, run by run, oldest first.
 
     SESSION_ID is a session of one tenant (--tenant, else the default tenant).
-    Exits 1 if there is no such session.
+    Exits 1 if there is no such session. Stored documents are decoded (decompressed,
+    and decrypted with --encryption-key: without the key they were encrypted with,
+    the command fails naming the row, exit 5).
     """
     output.json_mode = as_json
     tenant = tenant or ""
+    options = stored(encryption_key)
 
     async def read() -> tuple[str, list[Segment]]:
-        async with Database(url or default_url(), verify_only=True, schema=schema) as db:
+        async with Database(url or default_url(), verify_only=True, schema=schema, **options) as db:
             return db.url, await SQLSession(db, tenant=tenant).segments(session_id)
 
     database, segments = asyncio.run(read())

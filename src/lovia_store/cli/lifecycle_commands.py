@@ -24,12 +24,15 @@ from ..lifecycle import (
 from ..lifecycle.records import KINDS
 from .options import (
     URL_HELP,
+    copy_key_options,
     copy_schema_options,
     default_url,
     json_option,
+    key_options,
     schema_option,
     selected_tenants,
     shown,
+    stored,
     tenant_options,
     url_argument,
 )
@@ -78,6 +81,7 @@ def _of(tenant: str | None) -> str:
     help="The file to write (gzip-compressed when it ends in .gz).",
 )
 @tenant_options("to export")
+@key_options()
 @json_option
 @click.pass_obj
 def export_command(
@@ -88,6 +92,7 @@ def export_command(
     path: str,
     tenant: str | None,
     all_tenants: bool,
+    encryption_key: tuple[str, ...],
     as_json: bool,
 ) -> int:
     """Write the database at URL (or the sessions named) to FILE, one record per line.
@@ -95,14 +100,16 @@ def export_command(
     One tenant is written (--tenant, else the default tenant), or every tenant
     with --all-tenants; each record names its tenant. The format is documented in
     docs/operations.md; `lovia-store import` reads it. The database is only read
-    (one that needs `lovia-store upgrade` is refused).
+    (one that needs `lovia-store upgrade` is refused). Documents are written as
+    plain JSON, decoded (and decrypted: --encryption-key) from how they are stored.
     """
     output.json_mode = as_json
     target = url or default_url()
     tenant, all_tenants = selected_tenants(tenant, all_tenants)
+    options = stored(encryption_key)
 
     async def run() -> ExportReport:
-        async with Database(target, verify_only=True, schema=schema) as db:
+        async with Database(target, verify_only=True, schema=schema, **options) as db:
             return await export(
                 db,
                 path,
@@ -139,6 +146,7 @@ def export_command(
     "to import into (the file's one tenant is renamed to it)",
     default="the default tenant, which must be the file's",
 )
+@key_options(compression=True)
 @json_option
 @click.pass_obj
 def import_command(
@@ -149,6 +157,8 @@ def import_command(
     dry_run: bool,
     tenant: str | None,
     all_tenants: bool,
+    encryption_key: tuple[str, ...],
+    no_compression: bool,
     as_json: bool,
 ) -> int:
     """Load FILE (written by `lovia-store export`) into the database at URL.
@@ -160,13 +170,17 @@ def import_command(
     Idempotent: rows already there are left alone, so importing twice changes
     nothing. A malformed line, or a record that conflicts with a row already
     there, is refused before anything is written, naming the line.
+
+    Documents are stored as the options say: compressed (unless --no-compression)
+    and encrypted with the first --encryption-key given.
     """
     output.json_mode = as_json
     target = url or default_url()
     tenant, all_tenants = selected_tenants(tenant, all_tenants)
+    options = stored(encryption_key, no_compression)
 
     async def run() -> ImportReport:
-        async with Database(target, schema=schema) as db:
+        async with Database(target, schema=schema, **options) as db:
             return await import_file(
                 db, file, dry_run=dry_run, tenant=tenant, all_tenants=all_tenants
             )
@@ -197,6 +211,7 @@ def _import_document(report: ImportReport) -> dict[str, object]:
 @click.argument("source_url")
 @click.argument("destination_url")
 @copy_schema_options
+@copy_key_options
 @tenant_options("to copy (into the same tenant)")
 @json_option
 @click.pass_obj
@@ -206,6 +221,9 @@ def copy_command(
     destination_url: str,
     source_schema: str | None,
     destination_schema: str | None,
+    source_encryption_key: tuple[str, ...],
+    destination_encryption_key: tuple[str, ...],
+    no_compression: bool,
     tenant: str | None,
     all_tenants: bool,
     as_json: bool,
@@ -220,14 +238,20 @@ def copy_command(
     again. Prints each session's row counts and content digest as read back from
     both databases; exits 5 if any differ. On PostgreSQL, --source-schema and
     --destination-schema name the schema that holds each side's tables.
+
+    Documents are read as the source stores them (--source-encryption-key opens
+    them) and stored as the destination options say: compressed unless
+    --no-compression, encrypted with the first --destination-encryption-key.
     """
     output.json_mode = as_json
     tenant, all_tenants = selected_tenants(tenant, all_tenants)
+    reading = stored(source_encryption_key)
+    writing = stored(destination_encryption_key, no_compression)
 
     async def run() -> CopyReport:
         async with (
-            Database(source_url, verify_only=True, schema=source_schema) as src,
-            Database(destination_url, schema=destination_schema) as dst,
+            Database(source_url, verify_only=True, schema=source_schema, **reading) as src,
+            Database(destination_url, schema=destination_schema, **writing) as dst,
         ):
             return await copy_database(src, dst, tenant=tenant, all_tenants=all_tenants)
 

@@ -15,13 +15,16 @@ __all__ = [
     "DEFAULT_FILE",
     "MAX_COUNT",
     "URL_HELP",
+    "copy_key_options",
     "copy_schema_options",
     "default_url",
     "json_option",
+    "key_options",
     "paging_options",
     "schema_option",
     "selected_tenants",
     "shown",
+    "stored",
     "tenant_options",
     "url_argument",
 ]
@@ -155,3 +158,90 @@ def selected_tenants(tenant: str | None, all_tenants: bool) -> tuple[str | None,
     if tenant is not None and ctx.get_parameter_source("tenant") == ParameterSource.COMMANDLINE:
         raise click.UsageError("--tenant and --all-tenants exclude each other")
     return None, True
+
+
+# -- how documents are stored: encryption keys, compression --------------------------
+
+
+class KeyText(click.ParamType[str]):
+    """An encryption key as ``generate_encryption_key()`` writes it (URL-safe base64 of
+    32 bytes; checked when the Database is opened). From an environment variable, a
+    comma-separated list."""
+
+    name = "KEY"
+    envvar_list_splitter = ","
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return [part.strip() for part in (rv or "").split(",") if part.strip()]
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return str(value).strip()
+
+
+def _key_option(flag: str, envvar: str | None, help: str) -> Callable[[Command], Command]:
+    return click.option(
+        flag,
+        type=KeyText(),
+        multiple=True,
+        envvar=envvar,
+        show_envvar=envvar is not None,
+        help=help + (" Repeatable; or a comma-separated list in the variable." if envvar else ""),
+    )
+
+
+def key_options(
+    *, compression: bool = False, decryption: bool = False
+) -> Callable[[Command], Command]:
+    """``--encryption-key`` (repeatable, or ``$LOVIA_STORE_ENCRYPTION_KEYS``: the first
+    encrypts, every one decrypts), with ``compression`` ``--no-compression`` (for a
+    command that writes documents) and with ``decryption`` ``--decryption-key`` (keys
+    that only open: ``rekey``). The command receives ``encryption_key`` (a tuple),
+    ``no_compression`` and ``decryption_key``; ``stored`` turns them into the
+    Database's options."""
+
+    def decorate(command: Command) -> Command:
+        if decryption:
+            command = _key_option(
+                "--decryption-key",
+                "LOVIA_STORE_DECRYPTION_KEYS",
+                "A key that only opens stored documents (an old key, when encryption is "
+                "turned off); it encrypts nothing.",
+            )(command)
+        if compression:
+            command = click.option(
+                "--no-compression",
+                is_flag=True,
+                help="Write documents as plain JSON text, not compressed (nor shared).",
+            )(command)
+        return _key_option(
+            "--encryption-key",
+            "LOVIA_STORE_ENCRYPTION_KEYS",
+            "A key that opens stored documents; the first one given also encrypts what is "
+            "written (the encryption extra).",
+        )(command)
+
+    return decorate
+
+
+def copy_key_options(command: Command) -> Command:
+    """``--source-encryption-key``, ``--destination-encryption-key`` and
+    ``--no-compression`` (the destination's): ``key_options`` for each side of a copy.
+    ``$LOVIA_STORE_ENCRYPTION_KEYS`` is not read: it could mean either side."""
+    command = click.option(
+        "--no-compression",
+        is_flag=True,
+        help="Store what is copied as plain JSON text in the destination, not compressed.",
+    )(command)
+    for side in ("destination", "source"):
+        command = _key_option(
+            f"--{side}-encryption-key",
+            f"LOVIA_STORE_{side.upper()}_ENCRYPTION_KEYS",
+            f"A key that opens the {side}'s stored documents"
+            + ("; the first one given encrypts what is copied." if side == "destination" else "."),
+        )(command)
+    return command
+
+
+def stored(keys: tuple[str, ...], no_compression: bool = False) -> dict[str, Any]:
+    """The Database's options for ``--encryption-key`` and ``--no-compression``."""
+    return {"encryption_keys": list(keys) or None, "compression": not no_compression}

@@ -127,8 +127,9 @@ def check_command(
 
     For a readiness probe: 1 means it needs `lovia-store upgrade`, 3 that it cannot
     be reached (or is not a database), 4 that a newer lovia-store wrote it, 5 that
-    a session's or run's stored counters disagree with its rows (each is named,
-    with its tenant). Every tenant's counters are checked, or --tenant's only.
+    a session's or run's stored counters disagree with its rows, or a shared value's
+    reference count with the documents that name it (each is named, with its
+    tenant). Every tenant's counters are checked, or --tenant's only.
     """
     output.json_mode = as_json
 

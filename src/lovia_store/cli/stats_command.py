@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 
 from ..db.database import Database
-from ..lifecycle.stats import DatabaseStats, database_stats
+from ..lifecycle.stats import ContentStats, DatabaseStats, database_stats
 from .options import (
     URL_HELP,
     default_url,
@@ -41,6 +41,16 @@ def _bytes(size: int) -> str:
     return f"{value:.1f} {unit}"
 
 
+def _shared(contents: ContentStats) -> str:
+    """The values stored once: how many, their stored size, the references to them."""
+    if not contents.values:
+        return "0"
+    return (
+        f"{contents.values:,} ({_bytes(contents.stored_bytes)} stored, "
+        f"{contents.references:,} references)"
+    )
+
+
 def _table(*columns: tuple[str, str]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     for name, justify in columns:
@@ -61,6 +71,7 @@ def _print(output: Output, stats: DatabaseStats) -> None:
         ("messages", f"{stats.messages:,}"),
         ("runs in flight", f"{stats.runs_in_flight:,}"),
         ("finished runs", f"{stats.finished_runs:,}"),
+        ("shared values", _shared(stats.contents)),
         ("database size", f"{_bytes(stats.size_bytes)} ({detail})"),
     ):
         summary.add_row(name, value)
@@ -74,6 +85,7 @@ def _print(output: Output, stats: DatabaseStats) -> None:
             ("messages", "right"),
             ("runs in flight", "right"),
             ("finished runs", "right"),
+            ("shared values", "right"),
         )
         for t in stats.tenants:
             tenants.add_row(
@@ -82,6 +94,7 @@ def _print(output: Output, stats: DatabaseStats) -> None:
                 f"{t.messages:,}",
                 f"{t.runs_in_flight:,}",
                 f"{t.finished_runs:,}",
+                _shared(t.contents),
             )
         output.table(tenants)
     if stats.largest_sessions:
@@ -152,7 +165,8 @@ def stats_command(
     as_json: bool,
 ) -> int:
     """Print what the database at URL holds: sessions, messages, runs in flight and
-    finished, its size, and the largest sessions and tool outputs.
+    finished, the long values stored once (how many, their stored size, the
+    references to them), its size, and the largest sessions and tool outputs.
 
     Of one tenant (--tenant, else the default tenant), or of every tenant with
     --all-tenants, counted per tenant. The size is the whole database's."""
