@@ -61,19 +61,10 @@ SHAREABLE = {
     "lovia_run_entries": "entry_json",
     "lovia_tool_effects": "result_json",
 }
-RETAIN_ON_MARIADB = pytest.mark.xfail(
-    raises=TypeError,
-    strict=False,
-    reason="lovia_store.db.contents.retain_shared on MariaDB: asyncmy's executemany "
-    "rewrites INSERT .. ON DUPLICATE KEY UPDATE refs = refs + %s into one multi-row "
-    "INSERT and fails on the parameter of the UPDATE clause whenever two or more values "
-    "are counted at once (codec owner's file; fix: refs + VALUES(refs))",
-)
-"""MariaDB cases that count several shared values in one call, until contents.py is fixed."""
 KINDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    pytest.param("mariadb", id="mariadb", marks=[pytest.mark.mysql, RETAIN_ON_MARIADB]),
+    pytest.param("mariadb", id="mariadb", marks=pytest.mark.mysql),
 ]
 """The SQL engines every test runs on."""
 NOW = datetime.now(UTC).replace(microsecond=0)
