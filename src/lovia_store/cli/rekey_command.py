@@ -43,6 +43,8 @@ def _lines(report: RekeyReport) -> list[str]:
     ]
     if not report.rows:
         lines.append("every stored document was already as the options say")
+    if report.vacuum:
+        lines.append(f"file rewritten ({report.vacuum} vacuum)")
     return lines
 
 
@@ -61,6 +63,11 @@ def _lines(report: RekeyReport) -> list[str]:
     show_default=True,
     help="Rows rewritten per transaction.",
 )
+@click.option(
+    "--vacuum",
+    is_flag=True,
+    help="SQLite: VACUUM afterwards, so nothing replaced (clear text) is left in free pages.",
+)
 @tenant_options("to rekey")
 @json_option
 @click.pass_obj
@@ -72,6 +79,7 @@ def rekey_command(
     no_compression: bool,
     decryption_key: tuple[str, ...],
     batch_size: int,
+    vacuum: bool,
     tenant: str | None,
     all_tenants: bool,
     as_json: bool,
@@ -89,7 +97,8 @@ def rekey_command(
     Without --no-compression, long documents stored as plain text are compressed
     (and their long values stored once). In batches, one transaction each: killed,
     it is finished by running it again, which skips what is done. One tenant
-    (--tenant, else the default tenant), or every tenant with --all-tenants.
+    (--tenant, else the default tenant), or every tenant with --all-tenants. On
+    SQLite, --vacuum leaves nothing of what was replaced in the file.
     """
     output.json_mode = as_json
     target = url or default_url()
@@ -104,6 +113,7 @@ def rekey_command(
                 tenant=tenant,
                 all_tenants=all_tenants,
                 batch_size=batch_size,
+                vacuum=vacuum,
             )
 
     with output.progress(f"rekeying {shown(target)}"):

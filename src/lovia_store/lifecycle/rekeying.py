@@ -20,6 +20,11 @@ killed at any point is finished by running it again, which skips what is done.
 Last, the shared values (``lovia_contents``) still sealed otherwise than the
 current key are sealed again; re-encoding the documents has normally replaced them
 already (a value's digest is keyed by the first key: under a new one it changes).
+
+What a rekey replaces is gone from the tables, not always from the files: a SQLite
+file keeps freed pages, and copies a page split left behind, until it is rewritten
+(``vacuum=True``: ``VACUUM`` afterwards); PostgreSQL keeps dead rows until its own
+vacuum, MariaDB until its purge.
 """
 
 from __future__ import annotations
@@ -62,13 +67,16 @@ VALUES = contents.name
 @dataclass
 class RekeyReport:
     """What a rekey wrote: rows per table (``lovia_contents``: shared values sealed
-    again), in how many transactions, of which tenants (None: every tenant)."""
+    again), in how many transactions, of which tenants (None: every tenant), and
+    whether a SQLite file was vacuumed."""
 
     database: str
     tenant: str | None = ""
     rewritten: Counter[str] = field(default_factory=Counter)
     batches: int = 0
     seconds: float = 0.0
+    vacuum: str | None = None
+    """``"full"`` when a SQLite file was rewritten afterwards."""
 
     @property
     def rows(self) -> int:
@@ -82,6 +90,7 @@ class RekeyReport:
             "rows": self.rows,
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
+            "vacuum": self.vacuum,
         }
 
 
@@ -322,6 +331,7 @@ async def rekey(
     all_tenants: bool = False,
     batch_size: int = 500,
     progress: progress_.Reporter | None = None,
+    vacuum: bool = False,
 ) -> RekeyReport:
     """Write every stored document of ``target`` again as its Database now stores them
     (``Database(compression=, encryption_keys=)``): sealed with the first key, or in
@@ -334,8 +344,13 @@ async def rekey(
     rekeys every tenant. At most ``batch_size`` rows a transaction. A document that
     does not open is an ``EncryptionKeyError`` naming its row, and the batch it was
     in is left as it was. ``progress(task, done, total)`` hears each table's rows.
-    The schema must be current (``SchemaNotCurrentError``: run ``upgrade`` first).
+    ``vacuum`` rewrites a SQLite file afterwards (``VACUUM``, which holds the whole
+    file meanwhile), so none of what was replaced (clear text, when encrypting) is
+    left in its free pages. The schema must be current (``SchemaNotCurrentError``:
+    run ``upgrade`` first).
     """
+    if not isinstance(vacuum, bool):
+        raise UserError(f"vacuum is True or False, not {vacuum!r}")
     if check_count(batch_size, "batch_size", minimum=1) > MAX_BATCH:
         raise UserError(f"batch_size is between 1 and {MAX_BATCH}, not {batch_size}")
     report_progress = progress or progress_.current()
@@ -373,6 +388,10 @@ async def rekey(
                 say(task)
                 if read < batch_size:
                     break
+        if vacuum:
+            from .prune_sql import reclaim_space
+
+            report.vacuum = await reclaim_space(db, full=True)
     report.seconds = time.monotonic() - started
     return report
 
