@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, ForeignKeyConstraint, String, func, insert, select
@@ -24,16 +25,23 @@ from lovia_store import (
 from lovia_store.db import tables
 from lovia_store.db.contents import store_documents
 from lovia_store.db.urls import to_url
+from lovia_store.errors import EncryptionKeyError, UserError
 from lovia_store.models import (
     ContentRow,
     Id,
     MessageRow,
+    RunEntryRow,
     RunHeadRow,
     SessionRow,
     SessionRunRow,
+    SnapshotRow,
     Tenant,
+    ToolEffectRow,
+    decode_documents,
+    decode_documents_sync,
     metadata,
 )
+from stored_support import FORMS, KEY2, KINDS, database, plain_world, write_world
 
 
 class HostBase(DeclarativeBase):
@@ -122,7 +130,8 @@ async def test_a_host_joins_its_model_to_ours_in_one_orm_session(
                 selectinload(SessionRow.messages), selectinload(SessionRow.runs)
             )
             row = (await orm.scalars(loaded.where(SessionRow.session_id == "s-1"))).one()
-            entries = [entry_from_dict(json.loads(m.entry_json)) for m in row.messages]
+            texts = await decode_documents(orm, "", [m.entry_json for m in row.messages])
+            entries = [entry_from_dict(json.loads(text)) for text in texts]
             assert entries == await store.load("s-1")
             assert [run.run_id for run in row.runs] == ["r1", "r2"]
             assert json.loads(row.runs[0].meta_json or "null") == {"n": 1}
@@ -153,8 +162,10 @@ async def test_run_heads_read_as_objects(host_engine: AsyncEngine) -> None:
                 await orm.scalars(select(RunHeadRow).options(selectinload(RunHeadRow.entries)))
             ).one()
             assert head.run_id == "run-1" and head.entry_count == len(a_run("q"))
-            assert [entry_from_dict(json.loads(e.entry_json)) for e in head.entries] == a_run("q")
-            assert json.loads(head.head_json)["agent_name"] == "support"
+            texts = await decode_documents(orm, "", [e.entry_json for e in head.entries])
+            assert [entry_from_dict(json.loads(text)) for text in texts] == a_run("q")
+            head_text = await decode_documents(orm, "", head.head_json, database=db)
+            assert json.loads(head_text)["agent_name"] == "support"
 
 
 async def test_shared_values_read_as_rows(host_engine: AsyncEngine) -> None:
@@ -191,3 +202,83 @@ async def test_shared_values_read_as_rows(host_engine: AsyncEngine) -> None:
             assert (row.tenant, row.refs, row.size) == ("acme", 2, len(output))
             assert len(row.digest) == 64 and isinstance(row.data, bytes)
             assert output.encode() not in row.data
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_documented_decoder_reads_stored_documents(kind: str, tmp_path: Path) -> None:
+    """Compressed, shared and encrypted documents read through the ORM come back as the
+    texts that were written, through an AsyncSession, an AsyncConnection or a sync
+    Session, in the transaction that read the rows; a wrong key is refused, typed."""
+    expected = plain_world("", "acme")
+    async with database(kind, tmp_path, "db") as url, Database(url, **FORMS["encrypted"]) as db:
+        await write_world(db, "", "acme")
+        engine = create_async_engine(to_url(url), poolclass=NullPool)
+        try:
+            async with AsyncSession(engine) as orm:
+                rows = (
+                    await orm.scalars(
+                        select(MessageRow)
+                        .where(MessageRow.tenant == "acme")
+                        .order_by(MessageRow.session_id, MessageRow.sequence)
+                    )
+                ).all()
+                assert all(not (r.entry_json or "").startswith("{") for r in rows)
+                texts = await decode_documents(
+                    orm, "acme", [r.entry_json for r in rows], database=db
+                )
+                wanted = [r for r in expected["lovia_messages"] if r["tenant"] == "acme"]
+                assert texts == [r["entry_json"] for r in wanted]
+                tags = await decode_documents(orm, "acme", [r.tags_json for r in rows], database=db)
+                assert tags == [r["tags_json"] for r in wanted]
+                effect = (await orm.scalars(select(ToolEffectRow).limit(1))).one()
+                summaries = await orm.run_sync(  # a sync Session, as a sync host has
+                    lambda session: decode_documents_sync(
+                        session,
+                        "",
+                        session.scalars(
+                            select(SnapshotRow.summary_json)
+                            .where(SnapshotRow.tenant == "")
+                            .order_by(SnapshotRow.session_id)
+                        ).all(),
+                        database=db,
+                    )
+                )
+                assert summaries == [
+                    r["summary_json"] for r in expected["lovia_snapshots"] if r["tenant"] == ""
+                ]
+                one = await decode_documents(
+                    orm,
+                    effect.tenant,
+                    effect.result_json,
+                    encryption_keys=FORMS["encrypted"]["encryption_keys"],
+                )
+                assert one in {r["result_json"] for r in expected["lovia_tool_effects"]}
+                values = (await orm.scalars(select(ContentRow))).all()
+                assert values and all(v.refs >= 1 and v.data.startswith(b"e") for v in values)
+                with pytest.raises(EncryptionKeyError):
+                    await decode_documents(
+                        orm, "acme", [rows[0].entry_json], encryption_keys=[KEY2]
+                    )
+                with pytest.raises(EncryptionKeyError):  # no key at all
+                    await decode_documents(orm, "acme", [rows[0].entry_json])
+                with pytest.raises(UserError):
+                    await decode_documents(orm, "acme", [], database=db, encryption_keys=[KEY2])
+                assert await decode_documents(orm, "acme", ["{}", None]) == ["{}", None]
+            async with engine.connect() as conn:
+                entries = (
+                    (
+                        await conn.execute(
+                            select(RunEntryRow.entry_json)
+                            .where(RunEntryRow.tenant == "")
+                            .order_by(RunEntryRow.run_id, RunEntryRow.position)
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+                texts = await decode_documents(conn, "", list(entries), database=db)
+                assert texts == [
+                    r["entry_json"] for r in expected["lovia_run_entries"] if r["tenant"] == ""
+                ]
+        finally:
+            await engine.dispose()

@@ -28,8 +28,9 @@ different collations is refused. Pass ``render_item`` to the host's
 Stored JSON columns (``*_json``) hold each document in its stored form: the text
 the stores wrote, or (from revision 0010 on) that text compressed, encrypted, or
 naming long values kept once in ``lovia_contents`` (``ContentRow``). Get the text
-back with ``decode_documents`` (in the session or connection that read the rows:
-the shared values it names are read in the same transaction), then
+back with ``decode_documents`` (``decode_documents_sync`` on a sync session), in the
+session or connection that read the rows (the shared values it names are read in
+the same transaction), then
 ``lovia_store.entry_from_dict`` (entries) or ``json.loads``::
 
     rows = (await orm.scalars(select(MessageRow).where(...))).all()
@@ -79,6 +80,7 @@ __all__ = [
     "TenantType",
     "ToolEffectRow",
     "decode_documents",
+    "decode_documents_sync",
     "metadata",
     "render_item",
 ]
@@ -300,12 +302,12 @@ class ContentRow(StoreBase):
 # -- the documents' texts -----------------------------------------------------------
 
 S = TypeVar("S", bound=str | None)
-Bind: TypeAlias = "AsyncSession | AsyncConnection | Session | Connection"
+AsyncBind: TypeAlias = "AsyncSession | AsyncConnection"
 
 
 @overload
 async def decode_documents(  # type: ignore[overload-overlap]
-    bind: Bind,
+    bind: AsyncBind,
     tenant: str,
     stored: str,
     *,
@@ -314,7 +316,7 @@ async def decode_documents(  # type: ignore[overload-overlap]
 ) -> str: ...
 @overload
 async def decode_documents(
-    bind: Bind,
+    bind: AsyncBind,
     tenant: str,
     stored: Sequence[S],
     *,
@@ -322,7 +324,7 @@ async def decode_documents(
     encryption_keys: KeySource | None = ...,
 ) -> list[S]: ...
 async def decode_documents(
-    bind: Bind,
+    bind: AsyncBind,
     tenant: str,
     stored: str | Sequence[S],
     *,
@@ -330,38 +332,77 @@ async def decode_documents(
     encryption_keys: KeySource | None = None,
 ) -> str | list[S]:
     """The texts the stores wrote, for stored documents (``*_json`` columns) of
-    ``tenant`` (the rows' ``tenant``) read through ``bind``: an ``AsyncSession`` or
-    ``AsyncConnection``, or a sync ``Session`` or ``Connection``. The shared values a
-    document names are read through ``bind``, in its transaction: call it in the one
-    that read the rows. One text for one stored text, a list (None kept) for a list.
+    ``tenant`` (the rows' ``tenant``) read through ``bind``, an ``AsyncSession`` or
+    ``AsyncConnection`` (``decode_documents_sync`` takes a ``Session`` or a
+    ``Connection``). The shared values a document names are read through ``bind``,
+    in its transaction: call it in the one that read the rows (a value may be
+    deleted once no row refers to it). One text for one stored text, a list (None
+    kept) for a list.
 
-    Decoded as ``database`` stores documents (its encryption keys), or with
+    Decoded as ``database`` stores documents (with its encryption keys), or with
     ``encryption_keys``; with neither, what is encrypted does not open. A document
     that does not read is a ``StoredValueError``, a missing or wrong key an
-    ``EncryptionKeyError``. Plain JSON text (every row written before revision 0010)
-    comes back as it is, with no query.
+    ``EncryptionKeyError``, both naming no row (the caller knows which it read).
+    Plain JSON text (every row written before revision 0010) comes back as it is,
+    with no query.
     """
+    codec = _codec(database, encryption_keys)
+    texts: list[Any] = [stored] if isinstance(stored, str) else list(stored)
+    if any(isinstance(text, str) and text.startswith(MARK) for text in texts):
+        texts = await bind.run_sync(_decode, tenant, texts, codec)
+    return texts[0] if isinstance(stored, str) else texts
+
+
+@overload
+def decode_documents_sync(  # type: ignore[overload-overlap]
+    bind: Session | Connection,
+    tenant: str,
+    stored: str,
+    *,
+    database: Database | None = ...,
+    encryption_keys: KeySource | None = ...,
+) -> str: ...
+@overload
+def decode_documents_sync(
+    bind: Session | Connection,
+    tenant: str,
+    stored: Sequence[S],
+    *,
+    database: Database | None = ...,
+    encryption_keys: KeySource | None = ...,
+) -> list[S]: ...
+def decode_documents_sync(
+    bind: Session | Connection,
+    tenant: str,
+    stored: str | Sequence[S],
+    *,
+    database: Database | None = None,
+    encryption_keys: KeySource | None = None,
+) -> str | list[S]:
+    """``decode_documents`` through a sync ``Session`` or ``Connection`` (a host's
+    sync ORM, or inside ``run_sync``)."""
+    codec = _codec(database, encryption_keys)
+    texts: list[Any] = [stored] if isinstance(stored, str) else list(stored)
+    if any(isinstance(text, str) and text.startswith(MARK) for text in texts):
+        texts = _decode(bind, tenant, texts, codec)
+    return texts[0] if isinstance(stored, str) else texts
+
+
+def _codec(database: Database | None, encryption_keys: KeySource | None) -> DocumentCodec:
     if database is not None and encryption_keys is not None:
         from .errors import UserError
 
         raise UserError("give database= or encryption_keys=, not both")
-    one = isinstance(stored, str)
-    texts: list[Any] = [stored] if one else list(stored)
-    if any(isinstance(text, str) and text.startswith(MARK) for text in texts):
-        codec = (
-            database.codec
-            if database is not None
-            else DocumentCodec(encryption_keys=encryption_keys)
-        )
-        run_sync = getattr(bind, "run_sync", None)  # an AsyncSession or AsyncConnection
-        if run_sync is not None:
-            texts = await run_sync(_decode, tenant, texts, codec)
-        else:
-            texts = _decode(bind, tenant, texts, codec)  # type: ignore[arg-type]
-    return texts[0] if one else texts
+    return (
+        database.codec if database is not None else DocumentCodec(encryption_keys=encryption_keys)
+    )
 
 
-def _decode(bind: Session | Connection, tenant: str, texts: list[Any], codec: DocumentCodec) -> Any:
+def _decode(
+    bind: Session | Connection, tenant: str, texts: list[Any], codec: DocumentCodec
+) -> list[Any]:
+    """``read_documents`` on ``bind``'s connection, with ``codec`` on it meanwhile (a
+    host's connection carries no codec of ours, or another Database's)."""
     conn = bind.connection() if isinstance(bind, Session) else bind
     before = conn.info.get(CODEC)
     conn.info[CODEC] = codec
