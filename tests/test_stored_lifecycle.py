@@ -18,14 +18,16 @@ import contextlib
 import gzip
 import io
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, delete, update
+from sqlalchemy import Connection, delete, select, update
 
-from lovia_store import Database, upgrade
+from helpers import a_run
+from lovia_store import Database, SQLSession, entry_to_dict, upgrade
 from lovia_store.cli.app import main
 from lovia_store.db import tables
 from lovia_store.errors import EncryptionKeyError
@@ -41,6 +43,7 @@ from lovia_store.lifecycle.stats import database_stats
 from stored_support import (
     DOCUMENTS,
     FORMS,
+    KEY2,
     KINDS,
     SECRET,
     SHAREABLE,
@@ -266,11 +269,22 @@ async def test_stats_report_the_shared_values_per_tenant(kind: str, tmp_path: Pa
         }
 
 
-async def cli_json(*args: str) -> tuple[int, Any]:
-    """``lovia-store ARGS`` (in a thread: it runs its own event loop), its JSON output."""
+async def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
+    """``lovia-store ARGS`` (in a thread: it runs its own event loop) with ``env`` set
+    meanwhile, and its JSON output."""
     out = io.StringIO()
+
+    def run() -> int:
+        saved = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            return main(list(args))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
     with contextlib.redirect_stdout(out):
-        code = await asyncio.to_thread(main, list(args))
+        code = await asyncio.to_thread(run)
     return code, json.loads(out.getvalue()) if out.getvalue().strip() else None
 
 
@@ -335,3 +349,71 @@ async def test_the_check_reads_the_references_of_long_lists(kind: str, tmp_path:
 def test_the_lifecycle_knows_every_document_column_and_the_three_shareable_ones() -> None:
     assert stored.DOCUMENTS == DOCUMENTS
     assert {t: c[0] for t, c in stored.SHAREABLE.items()} == SHAREABLE
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_commands_open_encrypted_documents_with_the_keys_given(
+    kind: str, tmp_path: Path
+) -> None:
+    """``show`` prints a session stored encrypted (written by the store on an encrypted
+    Database), given its key on the command line or in the environment; ``export``
+    writes plain JSON from it; ``copy`` moves it into a plain database with each side's
+    keys; ``import`` stores a file encrypted. A wrong key exits 5 naming the key."""
+    entries = a_run("x", output=f"{SECRET} " * 40)
+    async with (
+        database(kind, tmp_path, "sealed") as sealed,
+        database(kind, tmp_path, "plain") as plain,
+        database(kind, tmp_path, "again") as again,
+    ):
+        async with Database(sealed, **FORMS["encrypted"]) as db:
+            await SQLSession(db).append("alice", entries, run_id="r1")
+            await write_world(db)  # rows of every table, encrypted
+        (key,) = FORMS["encrypted"]["encryption_keys"]
+        code, out = await cli_json("show", "alice", sealed, "--encryption-key", key, "--json")
+        assert code == 0 and out["runs"][0]["entries"] == [entry_to_dict(e) for e in entries]
+        code, out = await cli_json(
+            "show", "alice", sealed, "--json", env={"LOVIA_STORE_ENCRYPTION_KEYS": f" {key} "}
+        )
+        assert code == 0 and out["total_runs"] == 1
+        if await alice_encrypted(sealed):  # the store encrypts (issue 33's sessions wiring)
+            code, out = await cli_json("show", "alice", sealed, "--json")
+            assert code == 5 and out["error"] == "EncryptionKeyError"
+            code, out = await cli_json("show", "alice", sealed, "--json", "--encryption-key", KEY2)
+            assert code == 5 and out["error"] == "EncryptionKeyError" and out["message"]
+        path = tmp_path / "out.jsonl"
+        code, out = await cli_json(
+            "export", sealed, "-o", str(path), "--json", "--encryption-key", key
+        )
+        assert code == 0 and out["records"]["message"] == 12 + len(entries)
+        assert "\x01" not in path.read_text() and SECRET in path.read_text()
+        code, out = await cli_json(
+            "copy", sealed, plain, "--source-encryption-key", key, "--no-compression", "--json"
+        )
+        assert code == 0 and out["status"] == "ok"
+        async with Database(plain) as db:
+            await assert_stored_as(db, "plain")
+        code, out = await cli_json(
+            "import", str(path), again, "--json", env={"LOVIA_STORE_ENCRYPTION_KEYS": KEY2}
+        )
+        assert code == 0 and out["inserted"]["message"] == 12 + len(entries)
+        async with Database(again, **FORMS["encrypted2"]) as db:
+            texts = await stored_texts(db)
+            assert texts and all(encoded(t) and SECRET not in t for _, _, t in texts)
+            await assert_counts_true(db)
+        code, out = await cli_json("copy", sealed, again, "--json")  # no source key
+        assert code == 5 and out["error"] == "EncryptionKeyError"
+
+
+async def alice_encrypted(url: str) -> bool:
+    """Whether the session store wrote alice's entries encrypted."""
+    m = tables.messages.c
+    async with Database(url) as db:
+        texts = await db.read(
+            lambda conn: list(
+                conn.execute(select(m.entry_json).where(m.session_id == "alice")).scalars()
+            )
+        )
+    return all(encoded(text) for text in texts)
