@@ -412,3 +412,48 @@ def test_the_command_shows_its_progress_on_a_terminal(tmp_path: Path) -> None:
     again = piped("rekey", url, "--encryption-key", KEY2, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stderr == b"" and b"rewrote 0 row(s)" in again.stdout
+
+
+# -- what is current -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"encryption_keys": [KEY2, KEY1]},
+        {"encryption_keys": [KEY1]},
+        {"compression": True},
+        {"compression": False},
+    ],
+    ids=["rotating", "sealing", "compressing", "plain"],
+)
+def test_the_rows_a_batch_selects_in_sql_are_those_not_current(options: dict[str, Any]) -> None:
+    """The SQL test on a stored text's head selects every document the Python test
+    calls not current, and besides at most long plain ones (which may not compress)."""
+    from sqlalchemy import Column, MetaData, Table, Text, create_engine, insert, select
+
+    from lovia_store.lifecycle.rekeying import _Form
+
+    texts: set[str] = set()
+    long = json.dumps({"output": f"{SECRET} " * 40, "other": "x" * 100})
+    short = json.dumps({"a": 1})
+    for keys in (None, [KEY1], [KEY2]):
+        for compression in (True, False):
+            codec = DocumentCodec(
+                threshold=THRESHOLD, compression=compression, encryption_keys=keys
+            )
+            for text in (long, short):
+                for share in (True, False):
+                    texts.add(codec.encode("t", text, shareable=share).text)
+    texts.add(json.dumps({"n": "y" * 80}))  # long, plain; compresses
+    table = Table("docs", MetaData(), Column("doc", Text))
+    engine = create_engine("sqlite://")
+    form = _Form(DocumentCodec(threshold=THRESHOLD, **options), "t")
+    with engine.begin() as conn:
+        table.create(conn)
+        conn.execute(insert(table), [{"doc": t} for t in texts])
+        selected = set(conn.execute(select(table.c.doc).where(form.pending(table.c.doc))).scalars())
+    stale = {t for t in texts if not form.current(t)}
+    assert stale and stale <= selected
+    assert all(not t.startswith(MARK) and len(t) >= THRESHOLD for t in selected - stale)
+    assert texts - selected  # some are current

@@ -111,16 +111,16 @@ class _Form:
         self.threshold = codec.threshold
 
     def current(self, stored: str) -> bool:
-        if self.key_id is not None:
-            if not stored.startswith(MARK):
-                return False
-            flags, key_id = stored[1:].split(_SEP, 2)[:2]
-            return flags.endswith("e") and key_id == self.key_id
+        """(A document in no known form is not: decoding it names its row.)"""
         if not stored.startswith(MARK):
-            return not self.compression or len(stored) < self.threshold
-        if not self.compression:
+            return self.key_id is None and (not self.compression or len(stored) < self.threshold)
+        head = stored[1:].split(_SEP, 2)
+        if len(head) < 3:
             return False
-        return not stored[1:].split(_SEP, 1)[0].endswith("e")
+        flags, key_id = head[0], head[1]
+        if self.key_id is not None:
+            return flags.endswith("e") and key_id == self.key_id
+        return self.compression and not flags.endswith("e")
 
     def pending(self, column: ColumnElement[str]) -> ColumnElement[bool]:
         """SQL: ``column`` holds a document not in the current form (at least those:
