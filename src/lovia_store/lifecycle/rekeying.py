@@ -111,7 +111,8 @@ class _Form:
         self.threshold = codec.threshold
 
     def current(self, stored: str) -> bool:
-        """(A document in no known form is not: decoding it names its row.)"""
+        """Whether ``stored`` is as the Database writes now (a document in no known
+        form is not: decoding it names its row)."""
         if not stored.startswith(MARK):
             return self.key_id is None and (not self.compression or len(stored) < self.threshold)
         head = stored[1:].split(_SEP, 2)
