@@ -23,6 +23,7 @@ every error is a ``LoviaStoreError`` with the right ``retry_safe``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import random
@@ -373,7 +374,15 @@ async def test_a_full_disk_refuses_the_write_and_keeps_every_acknowledged_one(
 ) -> None:
     with tmpfs(tmp_path / "small", "400k") as mounted:
         path = tmp_path / "small" / "full.sqlite3"
-        big = [AssistantTextEntry(content=f"{n} " + "y" * 30_000) for n in range(2)]
+
+        # Text that does not compress, and differs by run (a repeated one is stored once).
+        def big(number: int) -> list[AssistantTextEntry]:
+            noise = random.Random(number).randbytes(45_000)
+            return [
+                AssistantTextEntry(content=f"{n} " + base64.b64encode(noise).decode()[n::2])
+                for n in range(2)
+            ]
+
         acknowledged: list[str] = []
         failure: LoviaStoreError | None = None
         store = SQLiteSession(path, wal=wal)
@@ -384,7 +393,7 @@ async def test_a_full_disk_refuses_the_write_and_keeps_every_acknowledged_one(
             for number in range(200):
                 run_id = f"r{number:03d}"
                 try:
-                    await store.append("alice", big, run_id=run_id)
+                    await store.append("alice", big(number), run_id=run_id)
                 except LoviaStoreError as exc:
                     failure = exc
                     break
@@ -403,10 +412,10 @@ async def test_a_full_disk_refuses_the_write_and_keeps_every_acknowledged_one(
             if not mounted:
                 _limit_pages(store.database, 10_000)
             failed_id = f"r{len(acknowledged):03d}"
-            await store.append("alice", big, run_id=failed_id)
+            await store.append("alice", big(len(acknowledged)), run_id=failed_id)
             segments = await store.segments("alice")
             assert [s.run_id for s in segments] == [*acknowledged, failed_id]
-            assert all(_dicts(s.entries) == _dicts(big) for s in segments)
+            assert all(_dicts(s.entries) == _dicts(big(n)) for n, s in enumerate(segments))
 
 
 def _freeze(folder: Path, path: Path, *, frozen: bool) -> None:

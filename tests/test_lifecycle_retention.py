@@ -5,9 +5,11 @@ and the command line."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import os
+import random
 import signal
 import sqlite3
 import sys
@@ -448,8 +450,9 @@ async def test_vacuum_hands_a_sqlite_files_space_back(tmp_path: Path) -> None:
     path = tmp_path / "big.sqlite3"
     store = World(Backend("sqlite", str(path)))
     try:
-        for i in range(40):
-            await store.session.append(f"s{i}", [user("x" * 50_000)])
+        for i in range(40):  # text that does not compress, so the file holds it
+            noise = base64.b64encode(random.Random(i).randbytes(37_500)).decode()
+            await store.session.append(f"s{i}", [user(noise)])
         before = path.stat().st_size
         report = await store.prune(keep_last=0)
         assert report.vacuum is None and path.stat().st_size == before  # freed, not returned

@@ -26,7 +26,12 @@ Capsys = pytest.CaptureFixture[str]
 
 
 async def fill(backend: Backend) -> None:
-    async with backend.session() as session:
+    # Written as plain JSON (compression=False): the sizes below are the outputs' own.
+    # Compressed, an output is stored once in lovia_contents and its row is small
+    # (tests/test_stored_lifecycle.py counts those).
+    assert backend.target is not None
+    plain = Database(backend.target, wal=backend.kind == "sqlite_wal", compression=False)
+    async with plain, SQLSession(plain) as session:
         await session.append("small", [user("hi")], run_id="r1")
         await session.append("big", a_run("1", output="x" * 5_000), run_id="r1")
         await session.append("big", a_run("2", output="数" * 3_000), run_id="r2")

@@ -98,7 +98,7 @@ async def _create_rls_database() -> str:
         f"GRANT USAGE ON SCHEMA public TO {RLS_ROLE}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {RLS_ROLE}",
     )
-    assert len(await enable_row_level_security(url)) == 8
+    assert len(await enable_row_level_security(url)) == 9
     return url
 
 
