@@ -42,7 +42,7 @@ cd "$ROOT"
 # The CI smoke test (--scale tiny) also runs the standalone benchmarks at their tiny scale.
 if [[ " $* " == *" --scale tiny "* ]]; then
     "$VENV/bin/python" -m bench "$@"
-    for standalone in bench.prune bench.copy bench.startup bench.pooler bench.galera bench.replication; do
+    for standalone in bench.prune bench.copy bench.startup bench.pooler bench.galera bench.replication bench.storage; do
         "$VENV/bin/python" -m "$standalone" --scale tiny
     done
     # Each callgrind cell is a child under valgrind (about 5 s): every workload on SQLite,
