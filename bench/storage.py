@@ -942,7 +942,7 @@ def main(argv: list[str] | None = None) -> int:
         const="sqlite",
         default="",
         help="also count instructions under valgrind on these backends (sqlite,pg; bare: "
-        "sqlite): 9 cells per backend, about a minute each",
+        "sqlite): 9 cells per backend, 15 s to a minute each",
     )
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
