@@ -165,7 +165,7 @@ class CodecStore(LoviaStoreBackend):
         self.stores = []
         self._entry_from_dict = ls.entry_from_dict
         sqlite = "://" not in self.target
-        settings: dict[str, Any] = {"wal": True, "synchronous": "normal"} if sqlite else {}
+        settings: dict[str, Any] = SQLITE_SETTINGS if sqlite else {}
         database = ls.Database(self.target, **settings, **self.options)
         self.stores.append(database)
         await ls.upgrade(database)
@@ -173,6 +173,12 @@ class CodecStore(LoviaStoreBackend):
         self.stores.append(self.session)
         await self.open_raw_log()
         await self.session.load("warmup")
+
+
+SQLITE_SETTINGS: dict[str, Any] = {"wal": True, "synchronous": "normal"}
+"""lovia-store's SQLite settings here (``--sqlite-durability``): WAL with synchronous=NORMAL
+by default, so no fsync hides the codec's CPU; ``full`` is lovia-store's own default
+(rollback journal, synchronous=FULL), lovia's durability."""
 
 
 @dataclass
@@ -687,8 +693,12 @@ def render(result: dict[str, Any]) -> str:
         "",
         "One pass each, stores interleaved session by session (single measurements: noisy). "
         "Read = every session loaded back and compared with what was written. lovia writes "
-        "in its default journal (DELETE, synchronous=FULL), lovia-store's SQLite files in WAL "
-        "with synchronous=NORMAL.",
+        "in its default journal (DELETE, synchronous=FULL), lovia-store's SQLite files "
+        + (
+            "in WAL with synchronous=NORMAL."
+            if SQLITE_SETTINGS.get("wal")
+            else "in theirs too (lovia-store's default: DELETE, synchronous=FULL)."
+        ),
         "",
         "| store | write s | write CPU s | MB/s | read s | read CPU s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -944,9 +954,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also count instructions under valgrind on these backends (sqlite,pg; bare: "
         "sqlite): 9 cells per backend, 15 s to a minute each",
     )
+    parser.add_argument(
+        "--sqlite-durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="lovia-store's SQLite files: WAL with synchronous=NORMAL (the codec's CPU shows), "
+        "or full: lovia-store's default, rollback journal with synchronous=FULL (lovia's)",
+    )
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
+    if args.sqlite_durability == "full":
+        SQLITE_SETTINGS.clear()
     base = SCALES[args.scale]
     scale = Scale(
         sessions=args.sessions or base.sessions,

@@ -20,6 +20,7 @@ import pytest
 from backends import (
     ALL_KINDS,
     CLUSTER_KINDS,
+    COMPRESSED_KINDS,
     LEGACY,
     SERVER_KINDS,
     SQL_KINDS,
@@ -34,6 +35,7 @@ BACKEND_MARKERS = {
     "memory": ("memory",),
     "sqlite": ("sqlite",),
     "sqlite_wal": ("sqlite_wal",),
+    "sqlite_compressed": ("sqlite",),
     "postgres": ("postgres",),
     "postgres_psycopg": ("postgres", "psycopg"),
     "mariadb": ("mariadb", "mysql"),
@@ -161,7 +163,8 @@ def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
 
 def _pooled_case(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(v in CLUSTER_KINDS for v in callspec.params.values())
+    kept = (*CLUSTER_KINDS, *COMPRESSED_KINDS)
+    return callspec is not None and any(v in kept for v in callspec.params.values())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -19,7 +19,7 @@ import pytest
 from zett_agent.extensions.compaction import CompactedMessage as ZettCompacted
 from zett_agent.messages import AssistantMessage, UserMessage
 
-from backends import Backend
+from backends import SQLITE_KINDS, Backend
 from helpers import commit_lost, say, user
 from lovia_store import (
     CompactedMessage,
@@ -204,7 +204,7 @@ async def test_a_settled_key_is_looked_up_in_its_own_tenant(db: Database) -> Non
 async def test_a_keyed_append_whose_commit_reply_is_lost_settles_in_its_tenant(
     sql_backend: Backend, db: Database
 ) -> None:
-    if sql_backend.kind in ("sqlite", "sqlite_wal"):
+    if sql_backend.kind in SQLITE_KINDS:
         pytest.skip("a SQLite COMMIT has no reply to lose")
     a, b = SQLSessionStorage(db, tenant=A), SQLSessionStorage(db, tenant=B)
     await fill(a)

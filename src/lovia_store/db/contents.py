@@ -239,17 +239,28 @@ def read_documents(
     the JSON reader to judge."""
     if _none_marked(stored):
         return list(stored)
-    texts = [_as_text(text, where, index) for index, text in enumerate(stored)]
+    out, marked = _marked(stored, where)
     codec = codec_of(conn)
-    digests = {digest for text in texts if isinstance(text, str) for digest in references(text)}
+    digests = {digest for index in marked for digest in references(out[index])}
     try:
         shared = _fetch(conn, tenant, codec, digests, where) if digests else {}
     except StoredValueError as exc:
-        raise _named_by_document(exc, texts, where) from exc
-    return [
-        codec.decode(tenant, text, shared, where, index) if isinstance(text, str) else text  # type: ignore[misc]
-        for index, text in enumerate(texts)
-    ]
+        raise _named_by_document(exc, out, where) from exc
+    decode = codec.decode
+    for index in marked:
+        out[index] = decode(tenant, out[index], shared, where, index)
+    return out
+
+
+def _marked(stored: Sequence[Any], where: Where | None) -> tuple[list[Any], list[int]]:
+    """``stored`` as a list, and the indexes of the documents in the codec's form (as
+    text: SQLite's UTF-8 bytes decoded)."""
+    out = list(stored)
+    marked = [i for i, text in enumerate(out) if text is not None and text[:1] in _MARKS]
+    for index in marked:
+        if isinstance(out[index], bytes):
+            out[index] = _as_text(out[index], where, index)
+    return out, marked
 
 
 def _none_marked(stored: Sequence[Any]) -> bool:
@@ -309,15 +320,15 @@ def decode_unshared(
     concurrent release may have deleted the value meanwhile."""
     if _none_marked(stored):
         return list(stored)
-    texts = [_as_text(text, where, index) for index, text in enumerate(stored)]
-    digests = {digest for text in texts if isinstance(text, str) for digest in references(text)}
+    out, marked = _marked(stored, where)
+    digests = {digest for index in marked for digest in references(out[index])}
     shared = codec.recall(tenant, digests) if digests else {}
     if len(shared) < len(digests):
         return None
-    return [
-        codec.decode(tenant, text, shared, where, index) if isinstance(text, str) else text  # type: ignore[misc]
-        for index, text in enumerate(texts)
-    ]
+    decode = codec.decode
+    for index in marked:
+        out[index] = decode(tenant, out[index], shared, where, index)
+    return out
 
 
 def read_document(

@@ -70,14 +70,16 @@ class EncryptionKey:
 
     def open(self, sealed: bytes, context: bytes) -> bytes | None:
         """The data ``seal`` sealed; None when it was not sealed by this key for this context."""
-        from cryptography.exceptions import InvalidTag
-
+        aead = self._aead or self._cipher()
         try:
-            return bytes(
-                self._cipher().decrypt(sealed[:NONCE_LENGTH], sealed[NONCE_LENGTH:], context)
-            )
-        except (InvalidTag, ValueError):
+            opened: bytes = aead.decrypt(sealed[:NONCE_LENGTH], sealed[NONCE_LENGTH:], context)
+        except ValueError:
             return None
+        except Exception as exc:  # cryptography's InvalidTag: a wrong key, or altered
+            if type(exc).__name__ != "InvalidTag":
+                raise
+            return None
+        return opened
 
     def _cipher(self) -> Any:
         aead = self._aead
