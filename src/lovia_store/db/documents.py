@@ -140,14 +140,14 @@ class DocumentCodec:
         if shareable:
             text, refs, shared = self._share(text, keys)
         flags = "r" if refs else ""
-        data = text.encode()
         if len(text) >= self.threshold:
+            data = text.encode()
             packed = compress(data)
             if len(packed) * 4 // 3 + 8 < len(data):
-                data, flags = packed, flags + "z"
-        if keys is None and not flags:
-            return Encoded(text, ())
-        return Encoded(self._form(tenant, keys, flags, refs, data), shared)
+                return Encoded(self._form(tenant, keys, flags + "z", refs, packed), shared)
+        if keys is None:  # as written, or its skeleton as it stands
+            return Encoded(_plain_form(flags, refs, text), shared) if flags else Encoded(text, ())
+        return Encoded(self._form(tenant, keys, flags, refs, text.encode()), shared)
 
     def _share(
         self, text: str, keys: KeySet | None
@@ -193,13 +193,13 @@ class DocumentCodec:
         return spans
 
     def _form(self, tenant: str, keys: KeySet | None, flags: str, refs: str, data: bytes) -> str:
+        """A packed or sealed body, as base64 text behind its header."""
         key_id = ""
         if keys is not None:
             flags += "e"
             key_id = keys.current.id
             data = keys.current.seal(data, _context(tenant, flags, refs))
-        body = data.decode() if flags in ("", "r") else base64.b64encode(data).decode("ascii")
-        return f"{MARK}{flags}{_SEP}{key_id}{_SEP}{refs}{_SEP}{body}"
+        return f"{MARK}{flags}{_SEP}{key_id}{_SEP}{refs}{_SEP}{base64.b64encode(data).decode()}"
 
     def pack(self, tenant: str, digest: str, value: str) -> bytes:
         """A shared value as ``lovia_contents.data`` holds it: ``z`` and its Zstandard
@@ -363,6 +363,11 @@ def _find(text: str, literal: str, at: int) -> int:
     while start >= 0 and not text.startswith(literal, start):
         start = text.find(head, start + 1)
     return start
+
+
+def _plain_form(flags: str, refs: str, text: str) -> str:
+    """A skeleton neither packed nor sealed: the text itself behind its header."""
+    return f"{MARK}{flags}{_SEP}{_SEP}{refs}{_SEP}{text}"
 
 
 def _strings_in_order(value: Any, shortest: int) -> list[str]:
