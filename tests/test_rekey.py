@@ -5,8 +5,8 @@ encryption turned on for rows written in clear, and off again down to plain JSON
 text, after which revision 0010's downgrade goes through; a rekey killed with
 SIGKILL mid-way leaves every batch whole and is finished by running it again,
 which skips what is done; the command line's JSON, text and progress. On SQLite,
-PostgreSQL and MariaDB (the kill on SQLite and PostgreSQL). Rows are written
-through the contents API (``stored_support``).
+PostgreSQL and MariaDB. Rows are written through the contents API
+(``stored_support``).
 """
 
 from __future__ import annotations
@@ -245,14 +245,9 @@ async def test_long_plain_rows_are_compressed_and_compressed_ones_written_plain(
 
 # -- killed mid-way ------------------------------------------------------------------
 
-KILL_KINDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-]
-
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KILL_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_rekey_killed_mid_way_is_finished_by_running_it_again(
     kind: str, tmp_path: Path
 ) -> None:

@@ -246,9 +246,7 @@ def read_documents(
         shared = _fetch(conn, tenant, codec, digests, where) if digests else {}
     except StoredValueError as exc:
         raise _named_by_document(exc, out, where) from exc
-    decode = codec.decode
-    for index in marked:
-        out[index] = decode(tenant, out[index], shared, where, index)
+    codec.decode_at(tenant, out, marked, shared, where)
     return out
 
 
@@ -325,9 +323,7 @@ def decode_unshared(
     shared = codec.recall(tenant, digests) if digests else {}
     if len(shared) < len(digests):
         return None
-    decode = codec.decode
-    for index in marked:
-        out[index] = decode(tenant, out[index], shared, where, index)
+    codec.decode_at(tenant, out, marked, shared, where)
     return out
 
 
