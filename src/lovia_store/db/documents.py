@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ..errors import EncryptionKeyError, StoredValueError, UserError
+from .compression import compress, decompress
 from .encryption import EncryptionKey, KeySet, KeySource, key_sets
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ SHARED_MARK = MARK + "r"
 _SEP = "\x1f"
 _SEALED = MARK + "e" + _SEP
 DEFAULT_THRESHOLD = 2048
-LEVEL = 3
 _FLAGS = frozenset({"", "r", "z", "e", "rz", "re", "ze", "rze"})
 # A JSON string literal; scanned from the start of a JSON text, each match starts
 # at an opening quote (outside strings JSON holds no quote).
@@ -420,59 +420,6 @@ def _strings_in_order(value: Any, shortest: int) -> list[str]:
         elif isinstance(item, list):
             stack.extend(reversed(item))
     return found
-
-
-_local = threading.local()
-
-
-def compress(data: bytes) -> bytes:
-    """Zstandard at level 3."""
-    return _zstd()[0](data)
-
-
-def decompress(data: bytes) -> bytes:
-    """What ``compress`` packed; ``ValueError`` for anything else."""
-    try:
-        return _zstd()[1](data)
-    except Exception as exc:  # zstandard.ZstdError, compression.zstd.ZstdError
-        raise ValueError(f"not Zstandard data: {exc}") from None
-
-
-_ZSTD: list[tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = []
-
-
-def _zstd() -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
-    """Python 3.14's ``compression.zstd``, else the ``zstandard`` package, imported once."""
-    if not _ZSTD:
-        try:
-            from compression import zstd  # type: ignore[import-not-found]  # Python 3.14+
-
-            _ZSTD.append((lambda data: zstd.compress(data, level=LEVEL), zstd.decompress))
-        except ImportError:
-            _ZSTD.append((_zstandard_compress, _zstandard_decompress))
-    return _ZSTD[0]
-
-
-def _zstandard_compress(data: bytes) -> bytes:
-    # One context per thread: zstandard's are not thread-safe, and a new one costs
-    # a quarter of compressing a 40 KB output.
-    compressor = getattr(_local, "compressor", None)
-    if compressor is None:
-        import zstandard
-
-        compressor = _local.compressor = zstandard.ZstdCompressor(level=LEVEL)
-    packed: bytes = compressor.compress(data)
-    return packed
-
-
-def _zstandard_decompress(data: bytes) -> bytes:
-    decompressor = getattr(_local, "decompressor", None)
-    if decompressor is None:
-        import zstandard
-
-        decompressor = _local.decompressor = zstandard.ZstdDecompressor()
-    unpacked: bytes = decompressor.decompress(data)
-    return unpacked
 
 
 def _context(tenant: str, *parts: str) -> bytes:
