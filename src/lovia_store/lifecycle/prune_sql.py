@@ -34,13 +34,11 @@ from ..db.database import Database
 from ..db.dialect import db_clock_ms
 from ..db.tables import (
     messages,
-    run_entries,
     run_heads,
     run_leases,
     session_runs,
     sessions,
     snapshots,
-    tool_effects,
 )
 from ..errors import StoreBusyError, StoreUnavailableError
 from .retention import PruneOptions, PruneReport
@@ -184,18 +182,10 @@ def _delete_sessions(
 def _delete_runs(
     conn: Connection, tenant: str, run_ids: Sequence[str], released: list[str] | None = None
 ) -> None:
-    """``delete_runs``, the runs' entries and tool effects deleted here first, and the
-    shared values they (and ``released``) named released last, in the caller's
-    transaction: released once, whatever ``delete_runs`` releases of the rows it
-    deletes itself (it finds none)."""
-    released = [] if released is None else released
-    if run_ids:
-        for table in (run_entries, tool_effects):
-            mine = [table.c.run_id.in_(run_ids)]
-            released += referencing(conn, table, tenant, mine)
-            conn.execute(delete(table).where(table.c.tenant == tenant, *mine))
-        delete_runs(conn, tenant, run_ids)
-    release_documents(conn, tenant, released)
+    """``delete_runs`` (which releases what the runs' entries and outcomes named), then
+    the shared values ``released`` names, in the caller's transaction."""
+    delete_runs(conn, tenant, run_ids)
+    release_documents(conn, tenant, released or [])
 
 
 def checkpoint_statuses(options: PruneOptions) -> tuple[str, ...]:
