@@ -11,7 +11,10 @@ any document is stored in clear.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import io
+import os
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +27,7 @@ from sqlalchemy import Connection, select
 
 from backends import fresh_server_database
 from lovia_store import Database, upgrade
+from lovia_store.cli.app import main
 from lovia_store.db import tables
 from lovia_store.db.contents import read_documents, store_documents
 from lovia_store.db.documents import MARK, references
@@ -354,3 +358,22 @@ async def assert_counts_true(db: Database) -> None:
 
 def encoded(text: str) -> bool:
     return text.startswith(MARK)
+
+
+async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``lovia-store ARGS`` (in a thread: it runs its own event loop) with ``env`` set
+    meanwhile: its exit code and what it printed."""
+    out = io.StringIO()
+
+    def run() -> int:
+        saved = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            return main(list(args))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    with contextlib.redirect_stdout(out):
+        code = await asyncio.to_thread(run)
+    return code, out.getvalue()

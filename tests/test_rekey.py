@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import io
 import json
 import os
 import signal
@@ -30,7 +29,6 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from lovia_store import Database
-from lovia_store.cli.app import main
 from lovia_store.db.documents import MARK, DocumentCodec
 from lovia_store.db.encryption import EncryptionKey
 from lovia_store.db.schema import alembic_config
@@ -45,6 +43,7 @@ from stored_support import (
     SECRET,
     THRESHOLD,
     assert_counts_true,
+    cli,
     contents_of,
     database,
     decoded_rows,
@@ -327,23 +326,6 @@ async def rows_sealed_with(db: Database, key: str) -> int:
 
 
 # -- the command line --------------------------------------------------------------
-
-
-async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    out = io.StringIO()
-
-    def run() -> int:
-        saved = dict(os.environ)
-        os.environ.update(env or {})
-        try:
-            return main(list(args))
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    with contextlib.redirect_stdout(out):
-        code = await asyncio.to_thread(run)
-    return code, out.getvalue()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -13,12 +13,9 @@ PostgreSQL and MariaDB. The rows are written through the contents API
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gzip
-import io
 import json
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,6 @@ from sqlalchemy import Connection, delete, select, update
 
 from helpers import a_run
 from lovia_store import Database, SQLSession, entry_to_dict, upgrade
-from lovia_store.cli.app import main
 from lovia_store.db import tables
 from lovia_store.errors import EncryptionKeyError
 from lovia_store.lifecycle import (
@@ -48,6 +44,7 @@ from stored_support import (
     SECRET,
     SHAREABLE,
     assert_counts_true,
+    cli,
     contents_of,
     database,
     decoded_rows,
@@ -272,20 +269,8 @@ async def test_stats_report_the_shared_values_per_tenant(kind: str, tmp_path: Pa
 async def cli_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
     """``lovia-store ARGS`` (in a thread: it runs its own event loop) with ``env`` set
     meanwhile, and its JSON output."""
-    out = io.StringIO()
-
-    def run() -> int:
-        saved = dict(os.environ)
-        os.environ.update(env or {})
-        try:
-            return main(list(args))
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    with contextlib.redirect_stdout(out):
-        code = await asyncio.to_thread(run)
-    return code, json.loads(out.getvalue()) if out.getvalue().strip() else None
+    code, printed = await cli(*args, env=env)
+    return code, json.loads(printed) if printed.strip() else None
 
 
 @pytest.mark.parametrize("kind", KINDS)
