@@ -89,6 +89,40 @@ def test_text_that_does_not_compress_is_kept_as_it_is() -> None:
     assert DocumentCodec(threshold=64).encode("", noise) == (noise, ())
 
 
+def test_a_document_stays_compressed_only_when_that_halves_it() -> None:
+    rng = random.Random(2)
+    prose = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz  ") for _ in range(3000))
+    code = "def main():\n    return 42\n" * 120
+    plain, sealing = DocumentCodec(), DocumentCodec(encryption_keys=[KEY_A])
+    for value, form in ((prose, ""), (code, "z")):
+        text = orjson.dumps({"type": "assistant", "text": value}).decode()
+        stored = plain.encode("", text).text
+        assert stored.startswith(f"{MARK}z\x1f") if form else stored == text
+        sealed = sealing.encode("", text).text
+        assert sealed.startswith(f"{MARK}{form}e\x1f")
+        assert sealing.decode("", sealed, {}) == text
+
+
+def test_sealed_documents_open_inline_from_text_or_utf8_bytes() -> None:
+    codec = DocumentCodec(threshold=64, encryption_keys=[KEY_A])
+    short = orjson.dumps({"text": "caf\u00e9 \U0001f600"}).decode()
+    long = orjson.dumps({"output": "private " * 40, "n": 1}).decode()
+    shared_one = codec.encode("t", long, shareable=True)
+    sealed = codec.encode("t", short).text
+    stored = [sealed.encode(), sealed, shared_one.text, None]
+    codec.decode_at("t", stored, [0, 1, 2], dict(shared_one.shared), WHERE)
+    # Bytes come back as the document's UTF-8 (for the JSON reader), text as text.
+    assert stored == [short.encode(), short, long, None]
+    flags, key_id, refs, body = sealed[1:].split("\x1f")
+    altered = f"{MARK}{flags}\x1f{key_id}\x1f{refs}\x1f{body[:-6]}AAAA{body[-2:]}"
+    for form in (altered, altered.encode()):
+        with pytest.raises(EncryptionKeyError) as caught:
+            codec.decode_at("t", [sealed, form], [0, 1], {}, WHERE)
+        assert caught.value.row == {"session_id": "s", "index": 1}
+    with pytest.raises(EncryptionKeyError):
+        DocumentCodec(encryption_keys=[KEY_B]).decode_at("t", [sealed.encode()], [0], {}, WHERE)
+
+
 def test_compression_off_writes_plain_json_and_still_reads_every_form() -> None:
     text = orjson.dumps({"output": "abc " * 1000}).decode()
     stored = DocumentCodec().encode("", text, shareable=True)

@@ -32,7 +32,14 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import EncryptionKeyError, StoredValueError
 from .dialect import capabilities, upsert
-from .documents import MARK, SHARED_MARK, DocumentCodec, damaged, references
+from .documents import (
+    MARK,
+    SEALED_BYTES,
+    SHARED_MARK,
+    DocumentCodec,
+    references,
+    utf8_text,
+)
 from .prepared import Prepared, per_dialect
 from .tables import contents
 
@@ -252,12 +259,14 @@ def read_documents(
 
 def _marked(stored: Sequence[Any], where: Where | None) -> tuple[list[Any], list[int]]:
     """``stored`` as a list, and the indexes of the documents in the codec's form (as
-    text: SQLite's UTF-8 bytes decoded)."""
+    text: SQLite's UTF-8 bytes decoded, but for sealed ones without references, which
+    ``decode_at`` opens as they are)."""
     out = list(stored)
     marked = [i for i, text in enumerate(out) if text is not None and text[:1] in _MARKS]
     for index in marked:
-        if isinstance(out[index], bytes):
-            out[index] = _as_text(out[index], where, index)
+        text = out[index]
+        if isinstance(text, bytes) and not text.startswith(SEALED_BYTES):
+            out[index] = utf8_text(text, where, index)
     return out, marked
 
 
@@ -277,15 +286,6 @@ def _none_marked(stored: Sequence[Any]) -> bool:
 
 
 _MARKS = (MARK, MARK.encode())
-
-
-def _as_text(text: Any, where: Where | None, index: int) -> Any:
-    if not isinstance(text, bytes) or not text.startswith(_MARKS[1]):
-        return text
-    try:
-        return text.decode()
-    except UnicodeDecodeError:
-        raise damaged("a stored document is not UTF-8 text", where, index) from None
 
 
 def _named_by_document(

@@ -11,7 +11,8 @@ order, ``r`` (the document's long strings are stored once, in ``lovia_contents``
 Zstandard-compressed) and ``e`` (the body is sealed with AES-256-GCM under the key ``KEY_ID``,
 bound to the tenant, the flags and the references). A compressed or sealed body
 is base64 text (the columns are text); otherwise it is the text itself. Reading
-undoes each step, so the exact text that was written comes back.
+undoes each step, so the exact text that was written comes back. A document is
+kept compressed only when that at least halves it (``_pays``).
 
 Zstandard at level 3, measured on tool outputs (source files, 3.3 MB): 3.95x
 at 228 MB/s, unpacked at 463 MB/s; zlib keeps 4.21x at level 6 at 47 MB/s (3.61x
@@ -32,7 +33,6 @@ references are counted in the same transaction as the rows that hold them
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import re
@@ -64,6 +64,9 @@ SHARED_MARK = MARK + "r"
 """The prefix of a document with references (a ``LIKE`` finds them: ``release``)."""
 _SEP = "\x1f"
 _SEALED = MARK + "e" + _SEP
+_SHARED_SEALED = MARK + "re" + _SEP
+SEALED_BYTES = _SEALED.encode()
+"""How a sealed document without references starts, read as UTF-8 bytes."""
 DEFAULT_THRESHOLD = 2048
 _FLAGS = frozenset({"", "r", "z", "e", "rz", "re", "ze", "rze"})
 # A JSON string literal; scanned from the start of a JSON text, each match starts
@@ -81,8 +84,9 @@ class Encoded(NamedTuple):
 
 
 def references(stored: str) -> list[str]:
-    """The digests ``stored`` refers to, once per reference (none for most documents)."""
-    if not stored.startswith(SHARED_MARK):
+    """The digests ``stored`` refers to, once per reference (none for most documents,
+    nor for one read as bytes: only a sealed one without references is)."""
+    if type(stored) is not str or not stored.startswith(SHARED_MARK):
         return []
     parts = stored.split(_SEP, 3)
     if len(parts) < 4 or not parts[2]:
@@ -144,7 +148,7 @@ class DocumentCodec:
         if len(text) >= self.threshold:
             data = text.encode()
             packed = compress(data)
-            if len(packed) * 4 // 3 + 8 < len(data):
+            if _pays(len(packed), len(data)):
                 return Encoded(self._form(tenant, keys, flags + "z", refs, packed), shared)
         if keys is None:  # as written, or its skeleton as it stands
             return Encoded(_plain_form(flags, refs, text), shared) if flags else Encoded(text, ())
@@ -157,12 +161,18 @@ class DocumentCodec:
         refs: list[str] = []
         shared: list[tuple[str, str]] = []
         last = kept = 0
+        hashed: dict[int, tuple[str, str]] = {}  # by length: a tool result's raw repeats it
         for start, end in self._long_strings(text):
             value = text[start:end]
             pieces.append(text[last:start])
             kept += start - last
-            data = value.encode()
-            digest = hashlib.sha256(data).hexdigest() if keys is None else keys.digest(data)
+            seen = hashed.get(len(value))
+            if seen is not None and seen[0] == value:
+                digest = seen[1]
+            else:
+                data = value.encode()
+                digest = hashlib.sha256(data).hexdigest() if keys is None else keys.digest(data)
+                hashed[len(value)] = (value, digest)
             refs.append(f"{digest}:{kept}")
             shared.append((digest, value))
             last = end
@@ -185,8 +195,14 @@ class DocumentCodec:
             ]
         spans: list[tuple[int, int]] = []
         at = 0
+        written: dict[int, tuple[str, str]] = {}  # by length, as in ``_share``
         for string in _strings_in_order(value, self.threshold - 2):
-            literal = orjson.dumps(string).decode()
+            seen = written.get(len(string))
+            if seen is not None and seen[0] == string:
+                literal = seen[1]
+            else:
+                literal = orjson.dumps(string).decode()
+                written[len(string)] = (string, literal)
             start = _find(text, literal, at)
             if start >= 0:
                 at = start + len(literal)
@@ -200,7 +216,9 @@ class DocumentCodec:
             flags += "e"
             key_id = keys.current.id
             data = keys.current.seal(data, _context(tenant, flags, refs))
-        return f"{MARK}{flags}{_SEP}{key_id}{_SEP}{refs}{_SEP}{base64.b64encode(data).decode()}"
+        from pybase64 import b64encode  # SIMD base64: a tenth of binascii's time
+
+        return f"{MARK}{flags}{_SEP}{key_id}{_SEP}{refs}{_SEP}{b64encode(data).decode()}"
 
     def pack(self, tenant: str, digest: str, value: str) -> bytes:
         """A shared value as ``lovia_contents.data`` holds it: ``z`` and its Zstandard
@@ -272,8 +290,10 @@ class DocumentCodec:
         if flags == "r":
             text = body
         else:
-            try:  # not strict: a sealed body is authenticated, a packed one checked by zstd
-                data = binascii.a2b_base64(body)
+            from pybase64 import b64decode  # SIMD base64 (strict: that is its fast path)
+
+            try:
+                data = b64decode(body, validate=True)
             except (binascii.Error, ValueError):
                 raise damaged("a stored document's body is not base64", where, index) from None
             if "e" in flags:
@@ -301,29 +321,48 @@ class DocumentCodec:
     ) -> None:
         """``decode`` each of ``texts`` at ``indexes``, in place.
 
-        A short sealed document (flags ``e``: most of an encrypted load) is opened
-        inline, its key and context looked up once: a call per document costs as
-        much as opening it. Anything else, or anything that does not open, takes
-        ``decode`` (which names what is wrong)."""
+        Sealed documents (flags ``e``, or ``re``: most of an encrypted load) are
+        opened inline, their key looked up once: a call per document costs as much
+        as opening it. One read as UTF-8 bytes (SQLite, ``_marked``) comes back as
+        the bytes opened, which are the document's UTF-8 (authenticated): the JSON
+        reader takes them as they are. Anything else, or anything that does not
+        open, takes ``decode`` (which names what is wrong)."""
+        from pybase64 import b64decode
+
         keys = None if self._keys is None else self._keys(tenant)
         by_id = {} if keys is None else keys.by_id
+        by_bytes_id = {key_id.encode(): key for key_id, key in by_id.items()}
         context = _context(tenant, "e", "")
-        a2b = binascii.a2b_base64
-        decode = self.decode
         for index in indexes:
             stored = texts[index]
-            if stored.startswith(_SEALED):
-                _, key_id, refs, body = stored.split(_SEP, 3)
-                key = by_id.get(key_id)
-                if key is not None and not refs:
-                    try:
-                        opened = key.open(a2b(body), context)
+            text: Any = None
+            try:
+                if type(stored) is bytes:  # sealed, without references (``_marked``)
+                    _, key_id, _, body = stored.split(b"\x1f", 3)
+                    key = by_bytes_id.get(key_id)
+                    if key is not None:
+                        text = key.open(b64decode(body, validate=True), context)
+                elif stored.startswith(_SEALED):
+                    _, key_id, _, body = stored.split(_SEP, 3)
+                    key = by_id.get(key_id)
+                    if key is not None:
+                        opened = key.open(b64decode(body, validate=True), context)
+                        text = None if opened is None else opened.decode()
+                elif stored.startswith(_SHARED_SEALED):
+                    _, key_id, refs, body = stored.split(_SEP, 3)
+                    key = by_id.get(key_id)
+                    if key is not None:
+                        seal = _context(tenant, "re", refs)
+                        opened = key.open(b64decode(body, validate=True), seal)
                         if opened is not None:
-                            texts[index] = opened.decode()
-                            continue
-                    except (binascii.Error, ValueError):
-                        pass  # decode names it
-            texts[index] = decode(tenant, stored, shared, where, index)
+                            text = _splice(opened.decode(), refs, shared, where, index)
+            except (binascii.Error, ValueError):
+                pass  # decode names it
+            if text is None:
+                if type(stored) is bytes:
+                    stored = utf8_text(stored, where, index)
+                text = self.decode(tenant, stored, shared, where, index)
+            texts[index] = text
 
     def unpack(
         self, tenant: str, digest: str, data: bytes, where: Where | None = None, index: int = 0
@@ -400,6 +439,13 @@ def _find(text: str, literal: str, at: int) -> int:
     return start
 
 
+def _pays(packed: int, size: int) -> bool:
+    """Whether compression at least halves a document: one that compresses less (most
+    prose of a few KB) would cost every read a decompression to save a fraction of its
+    size, the more so as a compressed body is base64 text, a third longer."""
+    return packed * 2 <= size
+
+
 def _plain_form(flags: str, refs: str, text: str) -> str:
     """A skeleton neither packed nor sealed: the text itself behind its header."""
     return f"{MARK}{flags}{_SEP}{_SEP}{refs}{_SEP}{text}"
@@ -446,6 +492,13 @@ def _splice(
         last = offset
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+def utf8_text(data: bytes, where: Where | None, index: int) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise damaged("a stored document is not UTF-8 text", where, index) from None
 
 
 def damaged(message: str, where: Where | None, index: int) -> StoredValueError:
