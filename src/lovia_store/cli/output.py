@@ -18,15 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console, RenderableType
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.segment import Segment, Segments
 from rich.table import Column, Table
 
@@ -124,6 +115,16 @@ class Output:
         if self.json_mode or not self._err.is_terminal:
             yield
             return
+        from rich.progress import (  # only on a terminal: a sixth of rich's import
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TaskID,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         bars = Progress(
             SpinnerColumn("dots"),
             # Half the width at most for a task's name (a long path ends in an ellipsis):
