@@ -145,6 +145,7 @@ RUNS_WHERE: dict[str, Runs] = {
     "lovia_store.checkpoints.sql_leases:_RENEW_NO_RETURNING": _read_back,
     "lovia_store.db.dialect:_insert_ignore(session_runs)": _portable,
     "lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT": _one_statement,
+    "lovia_store.sessions.log:_APPEND_SHARING_IN_ONE_STATEMENT": _one_statement,
     "lovia_store.sessions.log:_BUMPED": _read_back,
     "lovia_store.sessions.log:_INSERT_MESSAGES": _portable,
     "lovia_store.sessions.raw_log.reads:_DENSITY": _density_first,

@@ -273,7 +273,7 @@ async def test_a_wrong_key_on_a_run_meta_names_the_run(backend: Backend) -> None
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_postgresql_appends_in_one_statement_unless_the_run_shares_values(
+async def test_postgresql_appends_in_one_statement_shared_values_counted_in_it(
     pg_backend: Backend, mode: str
 ) -> None:
     async with opened(pg_backend, **options(mode)) as db:
@@ -285,26 +285,25 @@ async def test_postgresql_appends_in_one_statement_unless_the_run_shares_values(
 
         event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
         await store.append("s", run_of("1", "short"), run_id="r1", meta=META)
-        writes = [s for s in statements if "INSERT" in s]
-        assert len(writes) == 1 and "WITH bump AS" in writes[0], statements
-        assert "lovia_contents" not in writes[0]
+        [write] = [s for s in statements if "INSERT" in s]
+        assert "WITH bump AS" in write and "lovia_contents" not in write, statements
 
         statements.clear()
         await store.append("s", run_of("2", BIG), run_id="r2")
-        inserts = [s.split("(")[0].split()[-1] for s in statements if s.startswith("INSERT")]
-        assert inserts == [
-            "lovia_sessions",
-            "lovia_session_runs",
-            "lovia_contents",
-            "lovia_messages",
-        ]
+        [write] = statements
+        assert "WITH bump AS" in write and "INSERT INTO lovia_contents" in write
+        # Counted after the session's row is taken (the lock order of every writer).
+        assert write.index("counted AS") > write.index("entries AS") > write.index("bump AS")
         assert await stored_values(db) == [1]
+        await store.append("s", run_of("4", BIG), run_id="r4")
+        assert await stored_values(db) == [2]
 
-        # Stored run ids are no-ops on either path (the one statement fails whole).
+        # Stored run ids are no-ops (the one statement fails whole: nothing counted).
         await store.append("s", run_of("3", BIG), run_id="r2")
         await store.append("s", run_of("3", "short"), run_id="r1")
-        assert await stored_values(db) == [1]
-        assert await store.load("s") == run_of("1", "short") + run_of("2", BIG)
+        assert await stored_values(db) == [2]
+        expected = run_of("1", "short") + run_of("2", BIG) + run_of("4", BIG)
+        assert await store.load("s") == expected
         event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
 
 

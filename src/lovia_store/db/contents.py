@@ -57,6 +57,7 @@ __all__ = [
     "release_documents",
     "retain_references",
     "retain_shared",
+    "shared_rows",
     "store_document",
     "store_documents",
     "use_codec",
@@ -168,12 +169,17 @@ def _retain_statement(dialect: str) -> Prepared:
 
 def retain_shared(conn: Connection, tenant: str, encoding: Encoding) -> None:
     """Count the references ``encoding`` makes, storing each value the first time."""
-    if not encoding.shared:
-        return
-    codec = codec_of(conn)
+    if encoding.shared:
+        rows = shared_rows(codec_of(conn), tenant, encoding)
+        _retain_statement(conn.dialect.name).execute(conn, {"tenant": tenant}, rows)
+
+
+def shared_rows(codec: DocumentCodec, tenant: str, encoding: Encoding) -> list[dict[str, Any]]:
+    """The ``lovia_contents`` rows that count ``encoding``'s references (``digest``,
+    ``refs``, ``size``, ``data``), sorted: two writers counting the same values lock
+    them in one order."""
     codec.remember(tenant, {digest: value for digest, (_, value) in encoding.shared.items()})
-    # Sorted: two transactions counting the same values lock them in one order.
-    rows = [
+    return [
         {
             "digest": digest,
             "refs": count,
@@ -182,7 +188,6 @@ def retain_shared(conn: Connection, tenant: str, encoding: Encoding) -> None:
         }
         for digest, (count, value) in sorted(encoding.shared.items())
     ]
-    _retain_statement(conn.dialect.name).execute(conn, {"tenant": tenant}, rows)
 
 
 # -- releasing -------------------------------------------------------------------

@@ -40,16 +40,17 @@ from sqlalchemy import (
     select,
     true,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..db.contents import Encoding, encode_documents, retain_shared
+from ..db.contents import Encoding, encode_documents, retain_shared, shared_rows
 from ..db.dialect import capabilities, insert_ignore, prepare_insert_ignore, upsert
 from ..db.documents import DocumentCodec
 from ..db.errors import violated_constraint
 from ..db.prepared import Prepared, per_dialect
-from ..db.tables import messages, session_runs, sessions
+from ..db.tables import contents, messages, session_runs, sessions
 from ..db.types import TEXT_ARRAY, UTCDateTime, utcnow
 from ..entries import call_id_of, encode_entries
 from ..errors import ConflictError
@@ -180,14 +181,21 @@ _RUN_COLUMNS = (
 prepare_insert_ignore(session_runs, _RUN_COLUMNS)  # store_run's run row
 
 
-def _append_in_one_statement() -> Executable:
+def _append_in_one_statement(sharing: bool) -> Executable:
     """PostgreSQL: a whole append as one statement, run without BEGIN/COMMIT.
 
     Data-modifying CTEs: the session counter bump (which takes the row lock
     that serializes appends to one session), the run row, then the entries,
-    numbered from the run's first sequence. A run id already stored makes the
+    numbered from the run's first sequence, and (``sharing``) the references
+    they make to shared values, counted. A run id already stored makes the
     run row's insert, and with it the whole statement, fail (unique
-    violation): nothing of it stays, the bump included.
+    violation): nothing of it stays, the bump and the counts included.
+
+    The entries and the counts are referenced by nothing, so PostgreSQL runs
+    them after the main query, in this order: the session's row is locked
+    before any ``lovia_contents`` row, as every other writer does. Their values
+    travel as ``text[]`` (counts as decimal, data as base64), a type asyncpg
+    encodes without asking the server (``TEXT_ARRAY``).
     """
     bump = cast(Insert, bump_statement("postgresql")).cte("bump")
     tenant = bindparam("tenant", type_=String())
@@ -234,10 +242,39 @@ def _append_in_one_statement() -> Executable:
             entries.c.entry_json,
         ).select_from(run.join(entries, true())),
     )
-    return select(run.c.first_sequence).add_cte(rows.cte("entries"))
+    appended = select(run.c.first_sequence).add_cte(rows.cte("entries"))
+    if not sharing:
+        return appended
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    given = func.unnest(
+        bindparam("digests", type_=TEXT_ARRAY),
+        bindparam("counts", type_=TEXT_ARRAY),
+        bindparam("sizes", type_=TEXT_ARRAY),
+        bindparam("values", type_=TEXT_ARRAY),
+    ).table_valued("digest", "refs", "size", "data")
+    given = given.render_derived(name="shared")
+    counted = pg_insert(contents).from_select(
+        ["tenant", "digest", "refs", "size", "data"],
+        select(
+            tenant,
+            given.c.digest,
+            sql_cast(given.c.refs, BigInteger()),
+            sql_cast(given.c.size, BigInteger()),
+            func.decode(given.c.data, literal_column("'base64'")),
+        ),
+    )
+    counted = counted.on_conflict_do_update(
+        index_elements=list(contents.primary_key.columns),
+        set_={"refs": contents.c.refs + counted.excluded.refs},
+    )
+    return appended.add_cte(counted.cte("counted"))
 
 
-_APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", _append_in_one_statement)
+_APPEND_IN_ONE_STATEMENT = Prepared.only_on("postgresql", lambda: _append_in_one_statement(False))
+_APPEND_SHARING_IN_ONE_STATEMENT = Prepared.only_on(
+    "postgresql", lambda: _append_in_one_statement(True)
+)
 
 RUN_STORED = select(r.position).where(
     r.tenant == bindparam("tenant"),
@@ -294,15 +331,12 @@ def stored_run(
 
 
 def append_in_one_statement(
-    tenant: str, session_id: str, run_id: str, run: StoredRun
+    codec: DocumentCodec, tenant: str, session_id: str, run_id: str, run: StoredRun
 ) -> tuple[Prepared, dict[str, Any]]:
     """``store_run`` as one statement and its parameters, for backends with
-    ``one_statement_writes``: a stored run id makes it fail whole, the bump
-    included (``violates_run_key`` tells that failure). Not for a run that
-    ``shares`` values: counting them takes statements of their own, in a
-    transaction (``store_run``)."""
-    if run.shares:
-        raise ValueError("a run that shares values is stored by store_run, in a transaction")
+    ``one_statement_writes``: a stored run id makes it fail whole, the bump and
+    the counts of the values it shares included (``violates_run_key`` tells
+    that failure)."""
     documents = run.entries.stored
     bump = bump_params(tenant, session_id, messages=len(documents), runs=1, now=utcnow())
     params = {
@@ -313,7 +347,16 @@ def append_in_one_statement(
         "call_ids": run.call_ids,
         "documents": documents,
     }
-    return _APPEND_IN_ONE_STATEMENT, params
+    if not run.shares:
+        return _APPEND_IN_ONE_STATEMENT, params
+    from pybase64 import b64encode
+
+    rows = shared_rows(codec, tenant, run.entries)
+    params["digests"] = [row["digest"] for row in rows]
+    params["counts"] = [str(row["refs"]) for row in rows]
+    params["sizes"] = [str(row["size"]) for row in rows]
+    params["values"] = [b64encode(row["data"]).decode() for row in rows]
+    return _APPEND_SHARING_IN_ONE_STATEMENT, params
 
 
 def violates_run_key(conflict: ConflictError) -> bool:

@@ -199,9 +199,10 @@ class SQLSession(SQLStore):
         # Encoded here, before the statement is chosen (and outside SQLite's writer).
         stored = stored_run(self.database.codec, tenant, meta_json, run)
 
-        if capabilities(self.database.dialect).one_statement_writes and not stored.shares:
+        if capabilities(self.database.dialect).one_statement_writes:
             # One statement, atomic and idempotent by run id: the same append as below.
-            statement, params = append_in_one_statement(tenant, session_id, run_id, stored)
+            codec = self.database.codec
+            statement, params = append_in_one_statement(codec, tenant, session_id, run_id, stored)
             try:
                 await self.database.write_one(statement, params, tenant=tenant)
             except ConflictError as exc:

@@ -9,6 +9,9 @@ WHERE lovia_session_runs.tenant = :tenant AND lovia_session_runs.session_id = :s
 -- lovia_store.sessions.log:_APPEND_IN_ONE_STATEMENT (prepared)
 -- not run on sqlite (runs where: one_statement_writes)
 
+-- lovia_store.sessions.log:_APPEND_SHARING_IN_ONE_STATEMENT (prepared)
+-- not run on sqlite (runs where: one_statement_writes)
+
 -- lovia_store.sessions.log:_BUMPED (prepared)
 -- not run on sqlite (runs where: not returning)
 
