@@ -13,15 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console, RenderableType
-from rich.segment import Segment, Segments
-from rich.table import Column, Table
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from ..db import progress
+
+if TYPE_CHECKING:  # rich is imported when a console is first needed (``Output``)
+    from rich.console import Console, RenderableType
+    from rich.table import Table
 
 __all__ = ["Output", "ReaderGone", "printable", "to_json"]
 
@@ -64,46 +66,70 @@ class ReaderGone(Exception):
     """Whoever read stdout went away (``lovia-store sessions | head``): stop quietly."""
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        # rich's own answer is SystemExit(1), and 1 means "needs upgrade" here.
-        self.quiet = True
-        raise ReaderGone
+def _console(**options: Any) -> Console:
+    """A rich console that turns a reader gone into ``ReaderGone``; styled only on a
+    terminal, and resolving sys.stdout/sys.stderr on each write (a test's capture works)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own answer is SystemExit(1), and 1 means "needs upgrade" here.
+            self.quiet = True
+            raise ReaderGone
+
+    return _Console(highlight=False, markup=False, emoji=False, soft_wrap=True, **options)
 
 
 class Output:
     """One command's output. ``json_mode`` is set by commands given ``--json``, so that a
-    failure is reported as a JSON document too."""
+    failure is reported as a JSON document too.
+
+    rich (a fifth of a short command's run) is imported only for what needs it: a
+    table, a style, a terminal, progress. A line of text or JSON piped out is
+    written as it is, which is all rich would write there."""
 
     def __init__(self) -> None:
         self.json_mode = False
-        options: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
-        # Consoles resolve sys.stdout/sys.stderr on each write, so a test's capture works.
-        self._out = _Console(soft_wrap=True, **options)
-        if not self._out.is_terminal:
-            self._out = _Console(soft_wrap=True, width=_UNBOUNDED, **options)
-        self._err = _Console(stderr=True, soft_wrap=True, **options)
+
+    @cached_property
+    def _out(self) -> Console:
+        out = _console()
+        return out if out.is_terminal else _console(width=_UNBOUNDED)
+
+    @cached_property
+    def _err(self) -> Console:
+        return _console(stderr=True)
 
     def print(self, renderable: RenderableType, *, style: str | None = None) -> None:
         """Print a line or a table on stdout; the caller has made stored text ``printable``."""
         with self._writing():
-            self._out.print(renderable, style=style)
+            if isinstance(renderable, str) and style is None and not sys.stdout.isatty():
+                sys.stdout.write(renderable + "\n")
+                sys.stdout.flush()
+            else:
+                self._out.print(renderable, style=style)
 
     def table(self, table: Table) -> None:
         """Print a table line by line: a reader that leaves early (``| head``) is noticed at
         the next line, and a long listing reaches a pager as it is written."""
+        from rich.segment import Segment, Segments
+
         with self._writing():
             for line in self._out.render_lines(table, pad=False, new_lines=False):
                 self._out.print(Segments([*line, Segment.line()]))
 
     def json(self, value: object) -> None:
         with self._writing():
-            self._out.file.write(to_json(value) + "\n")
-            self._out.file.flush()
+            sys.stdout.write(to_json(value) + "\n")
+            sys.stdout.flush()
 
     def note(self, text: str) -> None:
         """A message for the person, on stderr (never mixed into the data on stdout)."""
-        self._err.print(printable(text, keep="\n\t"))
+        if sys.stderr.isatty():
+            self._err.print(printable(text, keep="\n\t"))
+        else:
+            sys.stderr.write(printable(text, keep="\n\t") + "\n")
+            sys.stderr.flush()
 
     @contextlib.contextmanager
     def progress(self, text: str) -> Iterator[None]:
@@ -115,7 +141,7 @@ class Output:
         if self.json_mode or not self._err.is_terminal:
             yield
             return
-        from rich.progress import (  # only on a terminal: a sixth of rich's import
+        from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
             Progress,
@@ -124,6 +150,7 @@ class Output:
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.table import Column
 
         bars = Progress(
             SpinnerColumn("dots"),
