@@ -367,6 +367,40 @@ async def test_the_stores_work_under_the_policies(scratch: Scratch, route: str) 
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("route", ROUTES[::2])
+async def test_an_append_counts_its_shared_values_under_the_policies(
+    scratch: Scratch, route: str
+) -> None:
+    """A session append that shares values is one statement on PostgreSQL: its counts
+    go to the tenant's own ``lovia_contents`` rows, under the policies."""
+    output = "the same file, read by a tool again and again\n" * 4
+    db = Database(
+        _app_url(scratch, route),
+        row_level_security=True,
+        verify_only=True,
+        compression_threshold=64,
+    )
+    try:
+        for tenant in ("t1", "t2"):
+            store = SQLSession(db, tenant=tenant)  # type: ignore[call-arg]
+            await store.append("s", a_run(tenant, output=output), run_id="r1")
+            await store.append("s", a_run(f"{tenant}-2", output=output), run_id="r2")
+            await store.append("s", a_run(tenant, output=output), run_id="r1")  # stored: no-op
+
+        def values(conn: Connection) -> list[tuple[str, int]]:
+            rows = conn.execute(select(contents.c.tenant, contents.c.refs))
+            return sorted((tenant, refs) for tenant, refs in rows)
+
+        for tenant in ("t1", "t2"):
+            assert await db.read(values, tenant=tenant) == [(tenant, 2)]
+            loaded = await SQLSession(db, tenant=tenant).load("s")  # type: ignore[call-arg]
+            expected = a_run(tenant, output=output) + a_run(f"{tenant}-2", output=output)
+            assert loaded == expected
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
 async def test_shared_values_are_held_to_their_tenant(scratch: Scratch) -> None:
     """lovia_contents under the policies: each tenant counts and reads its own copy of a
     value both store, a transaction without a tenant sees none, and a value of another
