@@ -316,7 +316,7 @@ class StoredRun(NamedTuple):
 
     @property
     def shares(self) -> bool:
-        """Whether writing it counts references (then not in one statement)."""
+        """Whether writing it counts references to shared values."""
         return bool(self.entries.shared)
 
 
