@@ -10,7 +10,6 @@ takes minutes.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from backends import (
     fresh_server_database,
 )
 from divergences import DIVERGENCES, mark_divergences
+from helpers import FULL_TIER
 
 BACKEND_MARKERS = {
     "memory": ("memory",),
@@ -49,8 +49,6 @@ BACKEND_MARKERS = {
 
 FIXTURE_MARKERS = {"pg_url": ("postgres",), "mysql_url": ("mariadb", "mysql")}
 """The markers a test gets for a server fixture it uses."""
-
-FULL_TIER = os.environ.get("LOVIA_TEST_TIER") == "full"
 
 THROUGH_THE_POOLER = {
     "test_session_contract.py",

@@ -1,9 +1,10 @@
-"""Small builders for transcript entries used across the tests."""
+"""Small builders for transcript entries used across the tests, and the test tier."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -16,6 +17,16 @@ from lovia_store import (
     ToolResultEntry,
     TranscriptEntry,
 )
+
+FULL_TIER = os.environ.get("LOVIA_TEST_TIER") == "full"
+"""``LOVIA_TEST_TIER=full`` (CI): every test, at full size. Without it, the default tier."""
+
+
+def examples(full: int) -> int:
+    """Hypothesis' ``max_examples`` for a property: ``full`` in the full tier, a quarter
+    of it (at least 10) in the default tier, a contributor's quick loop. Explicit
+    ``@example`` cases run in both."""
+    return full if FULL_TIER else max(10, full // 4)
 
 
 def user(text: str) -> InputEntry:

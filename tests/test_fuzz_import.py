@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from helpers import examples
 from lifecycle_support import populate, public_reads
 from lovia_store import Database, upgrade
 from lovia_store.lifecycle import (
@@ -249,7 +250,7 @@ def write(lines: list[bytes], path: Path, packed: bool) -> Path:
 
 
 FUZZ = settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     derandomize=True,
     database=None,
@@ -296,7 +297,7 @@ def test_a_mutated_file_imports_exactly_or_changes_nothing_on_postgresql(
     tally: Counter[str] = Counter()
     runner = asyncio.Runner()
 
-    @settings(FUZZ, max_examples=20)
+    @settings(FUZZ, max_examples=examples(20))
     @given(st.lists(mutation(len(lines)), min_size=1, max_size=2), st.booleans())
     def check(changes: list[tuple[Any, ...]], packed: bool) -> None:
         mutated = lines

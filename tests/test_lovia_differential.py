@@ -45,6 +45,7 @@ from sqlalchemy.engine import make_url
 import lovia_store
 import lovia_strategies as gen
 from backends import SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from helpers import examples
 from lovia_store import Database, UserError
 from lovia_store.integrations.lovia import SQLCheckpointer, SQLSession
 
@@ -53,7 +54,7 @@ HEX32 = re.compile(r"[0-9a-f]{32}")
 LOVIA_ENTRIES = (InputEntry, AssistantTextEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
 # Derandomized: CI replays the same examples every run.
 EXAMPLES = settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     derandomize=True,
     database=None,
@@ -230,7 +231,7 @@ def test_rewind_at_every_cut_matches_lovia(kind: str) -> None:
     with database(kind) as (runner, db):
         ours = SQLSession(db)
 
-        @settings(EXAMPLES, max_examples=20)
+        @settings(EXAMPLES, max_examples=examples(20))
         @given(gen.history)
         def check(history: list[tuple[Any, ...]]) -> None:
             runner.run(rewind_every_cut(ours, history))
@@ -292,7 +293,7 @@ async def play_checkpoints(db: Database, ops: list[tuple[Any, ...]]) -> None:
 def test_checkpoints_match_lovia(kind: str) -> None:
     with database(kind) as (runner, db):
 
-        @settings(EXAMPLES, max_examples=40)
+        @settings(EXAMPLES, max_examples=examples(40))
         @given(gen.checkpoint_ops)
         @known(gen.CHECKPOINT_CASES)
         def check(ops: list[tuple[Any, ...]]) -> None:

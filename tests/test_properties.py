@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
 from backends import ALL_KINDS, SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from helpers import examples
 from lovia_store import (
     AssistantTextEntry,
     CompactedMessage,
@@ -65,7 +66,7 @@ from lovia_store import (
 )
 
 EXAMPLES = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     derandomize=True,
     database=None,

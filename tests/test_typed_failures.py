@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from backends import fresh_server_database, server_url
-from helpers import a_run
+from helpers import a_run, examples
 from lovia_store import (
     Database,
     LoviaStoreError,
@@ -341,7 +341,7 @@ def hosts() -> dict[str, str]:
 
 
 @settings(
-    max_examples=int(os.environ.get("LOVIA_FUZZ_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("LOVIA_FUZZ_EXAMPLES", examples(40))),
     deadline=None,
     database=None,  # nothing written into the work tree; each run draws afresh
     suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -381,7 +381,7 @@ def sqlite_targets(draw: st.DrawFn, root: Path) -> str:
 
 
 @settings(
-    max_examples=int(os.environ.get("LOVIA_FUZZ_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("LOVIA_FUZZ_EXAMPLES", examples(40))),
     deadline=None,
     database=None,  # nothing written into the work tree; each run draws afresh
     suppress_health_check=[HealthCheck.function_scoped_fixture],

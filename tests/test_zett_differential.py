@@ -43,6 +43,7 @@ from zett_agent.model import ModelUsage
 from zett_agent.storage import SQLiteSessionStorage as ZettStorage
 from zett_agent.storage import encode_messages
 
+from helpers import examples
 from lovia_store import UserError
 from lovia_store.integrations.zett import SQLiteSessionStorage, codec
 
@@ -322,7 +323,10 @@ prefix = st.lists(
 
 
 @settings(
-    max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(80),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(prefix, st.lists(operations, min_size=3, max_size=22))
 def test_the_same_operations_give_the_same_answers(
