@@ -10,8 +10,11 @@ The contract suites' server backends share one migrated database per server for
 the whole run, emptied after each test (``shared_server_database``): creating and
 migrating a database per test cost about 0.3 s each. A test that leaves anything
 else behind (a table, a schema, another revision) gets the database dropped and
-made anew for the next one, so no test sees another's rows or schema. Tests about
-schemas, migrations and first opens take a fresh database (``fresh_server_database``).
+made anew for the next one, so no test sees another's rows or schema. Other tests
+that need current databases of their own, several at once if they like (copies,
+exports, rekeys), take them from a pool of migrated databases given back empty
+(``migrated_server_database``). Tests about schemas, migrations and first opens
+take a fresh database (``fresh_server_database``).
 """
 
 from __future__ import annotations
@@ -326,10 +329,149 @@ async def _empty_mysql(url: str) -> bool:
         conn.close()
 
 
+_POOL: dict[str, list[tuple[str, str]]] = {}
+"""Migrated databases tests gave back empty, by server, each with its fingerprint."""
+
+
+@contextlib.asynccontextmanager
+async def migrated_server_database(server: str) -> AsyncIterator[str]:
+    """A migrated, empty database on ``server`` (``postgres`` or ``mariadb``) for this
+    test alone, which may hold several at once: one an earlier test gave back, or a new
+    one. After the test it is emptied and given back, or dropped if the test left
+    anything but rows behind (its fingerprint, ``_fingerprint``, says: tables, columns,
+    indexes, constraints, schemas, policies, triggers, views, routines), another revision
+    or other store versions. For tests that need a current database and are not about
+    how a database becomes current (those take ``fresh_server_database``)."""
+    from lovia_store import upgrade
+
+    pool = _POOL.setdefault(server, [])
+    if pool:
+        url, made = pool.pop()
+    else:
+        url = await (
+            create_pg_database() if server == "postgres" else create_mysql_database(server)
+        )
+        await upgrade(url)
+        made = await _fingerprint(url)
+    try:
+        yield url
+    finally:
+        emptied = await (_empty_pg if server == "postgres" else _empty_mysql)(url)
+        if emptied and await _fingerprint(url) == made:
+            pool.append((url, made))
+        else:
+            await (drop_pg_database if server == "postgres" else drop_mysql_database)(url)
+
+
+_PG_FINGERPRINT = """
+SELECT md5(coalesce(string_agg(x, ',' ORDER BY x), '')) FROM (
+  SELECT 'c ' || table_schema || '.' || table_name || '.' || column_name || ' '
+         || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+         || ' ' || coalesce(collation_name, '')
+    FROM information_schema.columns
+   WHERE table_schema NOT IN ('pg_catalog', 'information_schema')
+  UNION ALL
+  SELECT 'i ' || schemaname || '.' || indexname || ' ' || indexdef
+    FROM pg_indexes WHERE schemaname NOT IN ('pg_catalog', 'information_schema')
+  UNION ALL
+  SELECT 'k ' || conrelid::regclass::text || '.' || conname || ' '
+         || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace::regnamespace::text NOT LIKE 'pg\\_%'
+         AND connamespace::regnamespace::text <> 'information_schema'
+  UNION ALL
+  SELECT 'r ' || oid::regclass::text || ' ' || relkind::text || ' ' || relrowsecurity::text
+         || relforcerowsecurity::text || ' ' || coalesce(relacl::text, '')
+    FROM pg_class WHERE relnamespace::regnamespace::text NOT LIKE 'pg\\_%'
+         AND relnamespace::regnamespace::text <> 'information_schema'
+  UNION ALL
+  SELECT 'p ' || schemaname || '.' || tablename || '.' || policyname FROM pg_policies
+  UNION ALL
+  SELECT 't ' || tgrelid::regclass::text || '.' || tgname FROM pg_trigger
+   WHERE NOT tgisinternal
+  UNION ALL
+  SELECT 'f ' || p.oid::regprocedure::text FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace
+   WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
+  UNION ALL
+  SELECT 's ' || nspname || ' ' || coalesce(nspacl::text, '') FROM pg_namespace
+   WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'
+  UNION ALL
+  SELECT 'd ' || coalesce(setconfig::text, '') FROM pg_db_role_setting
+   WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+) AS shape(x)
+"""
+
+_MYSQL_FINGERPRINT = """
+SELECT MD5(COALESCE(GROUP_CONCAT(x ORDER BY x SEPARATOR ','), '')) FROM (
+  SELECT CONCAT_WS(' ', 'c', table_name, column_name, column_type, is_nullable,
+                   COALESCE(column_default, ''), COALESCE(collation_name, ''), extra) AS x
+    FROM information_schema.columns WHERE table_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 'i', table_name, index_name, seq_in_index, column_name,
+                   non_unique, COALESCE(sub_part, ''))
+    FROM information_schema.statistics WHERE table_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 'k', table_name, constraint_name, constraint_type)
+    FROM information_schema.table_constraints WHERE table_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 'r', table_name, table_type, engine, table_collation,
+                   create_options)
+    FROM information_schema.tables WHERE table_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 't', trigger_name)
+    FROM information_schema.triggers WHERE trigger_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 'f', routine_type, routine_name)
+    FROM information_schema.routines WHERE routine_schema = DATABASE()
+  UNION ALL
+  SELECT CONCAT_WS(' ', 'd', default_character_set_name, default_collation_name)
+    FROM information_schema.schemata WHERE schema_name = DATABASE()
+) AS shape
+"""
+
+
+async def _fingerprint(url: str) -> str:
+    """A digest of everything in the database but its rows (see ``_PG_FINGERPRINT``)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        conn = await asyncpg.connect(
+            host=parsed.host,
+            port=parsed.port or 5432,
+            user=parsed.username,
+            password=parsed.password,
+            database=parsed.database,
+        )
+        try:
+            return str(await conn.fetchval(_PG_FINGERPRINT))
+        finally:
+            await conn.close()
+    import asyncmy
+
+    mysql = await asyncmy.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        db=parsed.database,
+    )
+    try:
+        async with mysql.cursor() as cursor:
+            await cursor.execute("SET SESSION group_concat_max_len = 16777216")
+            await cursor.execute(_MYSQL_FINGERPRINT)
+            row = await cursor.fetchone()
+            return str(row[0])
+    finally:
+        mysql.close()
+
+
 async def drop_shared_databases() -> None:
     for server, url in list(_SHARED.items()):
         del _SHARED[server]
         await (drop_pg_database if server == "postgres" else drop_mysql_database)(url)
+    for server, pool in list(_POOL.items()):
+        while pool:
+            url, _ = pool.pop()
+            await (drop_pg_database if server == "postgres" else drop_mysql_database)(url)
 
 
 @dataclass

@@ -25,7 +25,7 @@ import orjson
 import pytest
 from sqlalchemy import Connection, select
 
-from backends import fresh_server_database
+from backends import migrated_server_database
 from lovia_store import Database, upgrade
 from lovia_store.cli.app import main
 from lovia_store.db import tables
@@ -77,11 +77,12 @@ OLD = NOW - timedelta(days=30)
 
 @contextlib.asynccontextmanager
 async def database(kind: str, tmp_path: Path, name: str) -> AsyncIterator[str]:
-    """A fresh database of ``kind`` (sqlite, postgres, mariadb): its URL."""
+    """A database of ``kind`` (sqlite, postgres, mariadb) for this test: a new SQLite
+    file, or a migrated, empty server database (none of these tests is about first opens)."""
     if kind == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / f'{name}.sqlite3'}"
         return
-    async with fresh_server_database(kind) as url:
+    async with migrated_server_database(kind) as url:
         yield url
 
 

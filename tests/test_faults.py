@@ -39,7 +39,7 @@ from sqlalchemy import Connection, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
-from backends import connect_pg_admin, fresh_server_database, server_url
+from backends import connect_pg_admin, fresh_server_database, migrated_server_database, server_url
 from crash_child import LOOP_TEXT, loop_entries
 from helpers import a_run, commit_lost
 from lovia_store import (
@@ -79,7 +79,7 @@ async def writer_db(
     if kind.startswith("sqlite"):
         yield str(tmp_path / "faults.sqlite3"), "loop-wal" if kind == "sqlite_wal" else "loop"
         return
-    async with fresh_server_database(kind) as url:
+    async with migrated_server_database(kind) as url:
         yield url, "loop"
 
 

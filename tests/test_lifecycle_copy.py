@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, text
 
-from backends import fresh_server_database
+from backends import fresh_server_database, migrated_server_database
 from lifecycle_support import (
     IN_FLIGHT,
     IN_FLIGHT_SESSION,
@@ -46,12 +46,16 @@ HERE = Path(__file__).resolve().parent
 
 
 @contextlib.asynccontextmanager
-async def database(kind: str, tmp_path: Path, name: str) -> AsyncIterator[str]:
-    """A fresh database of ``kind`` (sqlite, postgres, mariadb): its URL."""
+async def database(
+    kind: str, tmp_path: Path, name: str, *, migrated: bool = False
+) -> AsyncIterator[str]:
+    """A new database of ``kind`` (sqlite, postgres, mariadb): its URL. A server's is
+    empty, or ``migrated`` and empty (where the copy's first open is not the point)."""
     if kind == "sqlite":
         yield str(tmp_path / f"{name}.sqlite3")
         return
-    async with fresh_server_database(kind) as url:
+    made = migrated_server_database if migrated else fresh_server_database
+    async with made(kind) as url:
         yield url
 
 
@@ -220,7 +224,7 @@ async def test_a_copy_killed_mid_way_is_finished_by_running_it_again(
     total = sessions * runs * entries
     src = str(tmp_path / "src.sqlite3")
     await populate_many(src, sessions=sessions, runs=runs, entries=entries)
-    async with database(destination_kind, tmp_path, "dst") as dst:
+    async with database(destination_kind, tmp_path, "dst", migrated=True) as dst:
         child = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-c", CHILD, src, dst, str(kill_at)],

@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 
 import lovia_store
 import lovia_strategies as gen
-from backends import SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from backends import SQL_KINDS, SQLITE_KINDS, migrated_server_database
 from helpers import examples
 from lovia_store import Database, UserError
 from lovia_store.integrations.lovia import SQLCheckpointer, SQLSession
@@ -77,7 +77,7 @@ def database(kind: str) -> Iterator[tuple[asyncio.Runner, Database]]:
             target = str(Path(folder) / "ours.sqlite3")
             db = Database(target, wal=kind == "sqlite_wal")
         else:
-            server = fresh_server_database("mariadb" if kind == "mariadb" else "postgres")
+            server = migrated_server_database("mariadb" if kind == "mariadb" else "postgres")
             url = runner.run(server.__aenter__())
             cleanup.callback(lambda: runner.run(server.__aexit__(None, None, None)))
             if kind == "postgres_psycopg":

@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
-from backends import ALL_KINDS, SQL_KINDS, SQLITE_KINDS, fresh_server_database
+from backends import ALL_KINDS, SQL_KINDS, SQLITE_KINDS, migrated_server_database
 from helpers import examples
 from lovia_store import (
     AssistantTextEntry,
@@ -90,7 +90,7 @@ def database(kind: str) -> Iterator[tuple[asyncio.Runner, Database | None]]:
             folder = cleanup.enter_context(tempfile.TemporaryDirectory(dir=FILES))
             db = Database(str(Path(folder) / "store.sqlite3"), wal=kind == "sqlite_wal")
         else:
-            server = fresh_server_database("mariadb" if kind == "mariadb" else "postgres")
+            server = migrated_server_database("mariadb" if kind == "mariadb" else "postgres")
             url = runner.run(server.__aenter__())
             cleanup.callback(lambda: runner.run(server.__aexit__(None, None, None)))
             if kind == "postgres_psycopg":

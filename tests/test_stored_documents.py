@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from backends import fresh_server_database
+from backends import migrated_server_database
 from lovia_store import Database, EncryptionKeyError, StoredValueError, UserError
 from lovia_store.db.contents import (
     read_documents,
@@ -241,7 +241,7 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     if request.param == "sqlite":
         yield str(tmp_path / "stored.sqlite3")
         return
-    async with fresh_server_database(request.param) as url:
+    async with migrated_server_database(request.param) as url:
         yield url
 
 

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from sqlalchemy import Connection, func, select, update
 
-from backends import fresh_server_database
+from backends import migrated_server_database
 from helpers import a_run
 from lovia_store import (
     Database,
@@ -56,10 +56,11 @@ OLD = NOW - timedelta(days=30)
 
 @contextlib.asynccontextmanager
 async def fresh(kind: str, tmp_path: Path, name: str) -> AsyncIterator[str]:
+    """A new SQLite file, or a migrated, empty server database of this test's own."""
     if kind == "sqlite":
         yield str(tmp_path / f"{name}.sqlite3")
         return
-    async with fresh_server_database(kind) as url:
+    async with migrated_server_database(kind) as url:
         yield url
 
 

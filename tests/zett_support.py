@@ -22,7 +22,7 @@ from zett_agent.model import ModelEvent, ModelRequest, ModelResponse, ModelUsage
 from zett_agent.storage import SQLiteSessionStorage as ZettSQLiteStorage
 from zett_agent.tools.base import tool
 
-from backends import fresh_server_database
+from backends import migrated_server_database
 from lovia_store.integrations.zett import SQLiteSessionStorage, SQLSessionStorage
 
 KINDS = ("sqlite", "postgres", "mariadb")
@@ -97,11 +97,12 @@ class Gate:
 
 @contextlib.asynccontextmanager
 async def our_target(kind: str, tmp_path: Path) -> AsyncIterator[str]:
-    """Where our storage lives for one test: a SQLite file, or a fresh server database."""
+    """Where our storage lives for one test: a SQLite file, or a migrated, empty server
+    database of its own."""
     if kind == "sqlite":
         yield str(tmp_path / "ours.sqlite3")
         return
-    async with fresh_server_database("mariadb" if kind == "mariadb" else "postgres") as url:
+    async with migrated_server_database("mariadb" if kind == "mariadb" else "postgres") as url:
         yield url
 
 
