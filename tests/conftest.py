@@ -115,7 +115,9 @@ async def server_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Asyn
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each divergence tests/divergences.py declares is a strict xfail: it must still fail.
-    Each case gets its backends' markers; outside the full tier, slow tests are deselected."""
+    Each case gets its backends' markers; outside the full tier, slow tests are deselected.
+    A test marked ``default_tier_on(kind, ...)`` is ``slow`` on every other backend: the
+    default tier runs it on those kinds, the full tier on all."""
     mark_divergences(items, DIVERGENCES)
     for item in items:
         kinds: list[str] = []
@@ -130,6 +132,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         }
         for marker in sorted(markers - names):
             item.add_marker(getattr(pytest.mark, marker))
+        only = item.get_closest_marker("default_tier_on")
+        if only is not None and not set(kinds) & set(only.args):
+            item.add_marker(pytest.mark.slow)
     kept = [
         item
         for item in items

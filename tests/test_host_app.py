@@ -385,6 +385,7 @@ async def test_the_host_migrates_both_from_code(url: str, host: Path) -> None:
         assert set(now.lovia.tables) == LOVIA_TABLES
 
 
+@pytest.mark.default_tier_on("sqlite")
 async def test_our_revisions_downgrade_one_step_at_a_time(url: str, host: Path) -> None:
     host_alembic(host, url, "upgrade", "head")
     await on_connection(url, _add_host_rows, write=True)
@@ -522,6 +523,7 @@ async def test_a_joined_lineage_is_migrated_by_the_host_and_used_as_it_is(
         await check(url)
 
 
+@pytest.mark.default_tier_on("sqlite")
 async def test_a_joined_lineage_downgrades_one_step_at_a_time_and_we_never_migrate_it(
     url: str, host: Path
 ) -> None:

@@ -206,6 +206,7 @@ KILLED = [
     ],
 )
 @pytest.mark.parametrize(("shape", "kill_at", "whole_sessions"), KILLED)
+@pytest.mark.default_tier_on("sqlite")
 async def test_a_copy_killed_mid_way_is_finished_by_running_it_again(
     destination_kind: str,
     shape: tuple[int, int, int],
