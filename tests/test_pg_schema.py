@@ -301,6 +301,7 @@ async def test_a_callers_engine_placed_in_a_schema_stays_unplaced(pg_url: str) -
 
 
 @postgres
+@pytest.mark.slow  # the default tier downgrades one step at a time on SQLite (test_host_app.py)
 async def test_our_revisions_downgrade_one_step_at_a_time_in_a_schema(pg_url: str) -> None:
     await upgrade(pg_url)  # a public install at head must stay untouched throughout
     async with SQLSession(pg_url) as session:
