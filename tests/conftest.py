@@ -144,24 +144,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) < len(items):
         chosen = set(kept)
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
-    items[:] = heaviest_files_first(kept)
+    cache = getattr(config, "cache", None)
+    seconds = cache.get(SECONDS_KEY, {}) if cache is not None else {}
+    items[:] = heaviest_files_first(kept, seconds)
 
 
-def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Files holding slow tests first, then by number of tests, each file's tests in
-    their order. xdist (``--dist loadfile --no-loadscope-reorder``) hands files out in
-    this order, so a few long files (lovia's suite, the wheels, the kill matrices)
-    start early instead of keeping one worker busy while the other idles at the end."""
-    by_file: dict[Path, list[pytest.Item]] = {}
+SECONDS_KEY = f"lovia/file_seconds/{'full' if FULL_TIER else 'default'}"
+"""Where pytest's cache keeps the seconds each file's tests took in the last run of this tier."""
+_seconds: dict[str, float] = {}
+
+
+def heaviest_files_first(
+    items: list[pytest.Item], seconds: dict[str, float] | None = None
+) -> list[pytest.Item]:
+    """Files the last run of this tier timed, longest first (``seconds``, from pytest's
+    cache); before them the files it did not time: those holding slow tests first, then
+    by number of tests. Each file's tests in their order. xdist (``--dist loadfile
+    --no-loadscope-reorder``) hands files out in this order, so long files (lovia's
+    suite, the wheels, the kill matrices, the migrations beside a host's) start early
+    instead of keeping one worker busy while the other idles at the end."""
+    timed = seconds or {}
+    by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
-        by_file.setdefault(item.path, []).append(item)
+        by_file.setdefault(_file(item.nodeid), []).append(item)
 
-    def weight(tests: list[pytest.Item]) -> tuple[int, int]:
+    def weight(name: str) -> tuple[int, float]:
+        if name in timed:
+            return (1, -timed[name])
+        tests = by_file[name]
         slow = sum(1 for t in tests if t.get_closest_marker("slow") is not None)
-        return (-slow, -len(tests))
+        return (0, -(slow * len(items) + len(tests)))
 
-    ordered = sorted(by_file.values(), key=weight)
-    return [item for tests in ordered for item in tests]
+    return [item for name in sorted(by_file, key=weight) for item in by_file[name]]
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each file's seconds (in the process that directs the run, every file's)."""
+    _seconds[_file(report.nodeid)] = _seconds.get(_file(report.nodeid), 0.0) + report.duration
 
 
 def _pooled_case(item: pytest.Item) -> bool:
@@ -171,8 +194,14 @@ def _pooled_case(item: pytest.Item) -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Drop the databases the server backends shared."""
+    """Drop the databases the server backends shared; where the run is directed, keep
+    each file's seconds for the next run's order."""
     asyncio.run(drop_shared_databases())
+    cache = getattr(session.config, "cache", None)
+    if cache is not None and _seconds and not hasattr(session.config, "workerinput"):
+        timed = cache.get(SECONDS_KEY, {})
+        timed.update({name: round(value, 2) for name, value in _seconds.items()})
+        cache.set(SECONDS_KEY, timed)
 
 
 @pytest.fixture
