@@ -287,8 +287,8 @@ BYTES: list[tuple[str, str, str, Any, tuple[str, ...]]] = [
 ]
 
 
-async def _populate(url: str) -> None:
-    async with drop_in.SQLSession(url) as session, drop_in.SQLCheckpointer(url) as runs:
+async def _populate(db: Database) -> None:
+    async with drop_in.SQLSession(db) as session, drop_in.SQLCheckpointer(db) as runs:
         await session.append(
             "lovia",
             [LoviaInput(role="user", content="hi"), text_entry("hello")],
@@ -296,7 +296,7 @@ async def _populate(url: str) -> None:
             meta={"n": 1},
         )
         await runs.append("run", [text_entry("step")], head(status="completed"))
-    async with SQLSessionStorage(url) as storage:
+    async with SQLSessionStorage(db) as storage:
         await storage.append("zett", "r1", UserMessage(content="hi"), metadata={"m": 1})
         await storage.append("zett", "r2", AssistantMessage(content="hello"))
         await storage.snapshot("zett", CompactedMessage(content="so far"), 1, 0)
@@ -316,16 +316,25 @@ async def _read(name: str, url: str, session_id: str) -> Any:
         return await storage.list_raw_messages(session_id)
 
 
-async def _execute(url: str, *statements: str, **values: Any) -> None:
-    async with Database(url) as db:
-        await db.write(lambda conn: [conn.execute(text(s), values) for s in statements])
+async def _execute(db: Database, *statements: str, **values: Any) -> None:
+    await db.write(lambda conn: [conn.execute(text(s), values) for s in statements])
 
 
 async def test_a_damaged_row_read_through_either_integration_is_a_stored_value_error(
     empty_database_url: str,
 ) -> None:
     url = empty_database_url
-    await _populate(url)
+    # One Database writes and damages the rows for the whole test; each read opens
+    # stores of its own on the URL.
+    async with Database(url) as db:
+        await _populate(db)
+        failures = await _read_every_damage(db, url)
+    assert not failures, "\n".join(failures)
+
+
+async def _read_every_damage(db: Database, url: str) -> list[str]:
+    """Each case's damage written, read through every call that reads it, and undone:
+    what was read or raised that is not a typed refusal naming the damaged column."""
     cases = [(case, False) for case in DAMAGE] + [(case, True) for case in NO_ENVELOPE]
     if url.startswith("sqlite"):
         cases += [(case, False) for case in BYTES]
@@ -334,7 +343,7 @@ async def test_a_damaged_row_read_through_either_integration_is_a_stored_value_e
         statements = [f"UPDATE {table} SET {column} = :v WHERE {where}"]
         if no_envelope:
             statements.append(f"UPDATE {table} SET envelope_json = NULL WHERE {where}")
-        await _execute(url, *statements, v=garbage)
+        await _execute(db, *statements, v=garbage)
         session_id = "zett" if where == ZETT_ROWS else "lovia"
         for name in reads:
             try:
@@ -349,14 +358,14 @@ async def test_a_damaged_row_read_through_either_integration_is_a_stored_value_e
                 failures.append(f"{table}.{column} = {garbage!r:.40}, {name}: {error!r:.300}")
             else:
                 failures.append(f"{table}.{column} = {garbage!r:.40}, {name}: read")
-        await _restore(url)
-    assert not failures, "\n".join(failures)
+        await _restore(db)
+    return failures
 
 
-async def _restore(url: str) -> None:
+async def _restore(db: Database) -> None:
     """Write the rows anew (the simplest way back to what the stores wrote)."""
     await _execute(
-        url,
+        db,
         "DELETE FROM lovia_run_entries",
         "DELETE FROM lovia_run_leases",
         "DELETE FROM lovia_run_heads",
@@ -365,7 +374,7 @@ async def _restore(url: str) -> None:
         "DELETE FROM lovia_messages",
         "DELETE FROM lovia_sessions",
     )
-    await _populate(url)
+    await _populate(db)
 
 
 async def test_a_lovia_call_whose_arguments_nest_10000_deep_reads_through_zett(
