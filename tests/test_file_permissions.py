@@ -242,11 +242,14 @@ def test_the_demo_creates_an_owner_only_file(tmp_path: Path) -> None:
 
 
 _CREATOR = """
-import asyncio, sys, time
+import asyncio, os, sys, time
+from pathlib import Path
 from lovia_store import SQLiteSession
 
 async def main() -> None:
-    while time.time() < float(sys.argv[2]):
+    gate = Path(sys.argv[2])
+    (gate / f"ready-{os.getpid()}").touch()
+    while not (gate / "go").exists():
         time.sleep(0.001)
     async with SQLiteSession(sys.argv[1], wal=True) as session:
         await session.load("s")
@@ -261,7 +264,8 @@ def test_processes_racing_to_create_one_file_all_open_it_owner_only(tmp_path: Pa
     path = tmp_path / "race" / "chat.sqlite3"
     script = tmp_path / "creator.py"
     script.write_text(_CREATOR)
-    start = str(time.time() + 6)  # a moment after every interpreter has imported lovia-store
+    gate = tmp_path / "gate"  # each child says it is ready here, then waits for "go"
+    gate.mkdir()
     children = [
         subprocess.Popen(
             [
@@ -272,7 +276,7 @@ def test_processes_racing_to_create_one_file_all_open_it_owner_only(tmp_path: Pa
                 sys.executable,
                 str(script),
                 str(path),
-                start,
+                str(gate),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -280,6 +284,13 @@ def test_processes_racing_to_create_one_file_all_open_it_owner_only(tmp_path: Pa
         )
         for _ in range(4)
     ]
+    # Every interpreter has imported lovia-store before any of them starts.
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready-*"))) < len(children):
+        assert all(child.poll() is None for child in children), [c.poll() for c in children]
+        assert time.monotonic() < deadline, "the children never got ready"
+        time.sleep(0.01)
+    (gate / "go").touch()
     for child in children:
         _, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
