@@ -129,13 +129,18 @@ def server_url(variable: str) -> str:
 
 async def connect_pg_admin() -> asyncpg.Connection:
     """A plain asyncpg connection to the database the test URL names."""
-    url = make_url(server_url("LOVIA_TEST_POSTGRES_URL"))
+    return await connect_pg(server_url("LOVIA_TEST_POSTGRES_URL"))
+
+
+async def connect_pg(url: str) -> asyncpg.Connection:
+    """A plain asyncpg connection to the database ``url`` names."""
+    parsed = make_url(url)
     return await asyncpg.connect(
-        host=url.host,
-        port=url.port or 5432,
-        user=url.username,
-        password=url.password,
-        database=url.database,
+        host=parsed.host,
+        port=parsed.port or 5432,
+        user=parsed.username,
+        password=parsed.password,
+        database=parsed.database,
     )
 
 
@@ -253,14 +258,7 @@ def _our_tables() -> tuple[list[str], set[str], dict[str, int], str]:
 async def _empty_pg(url: str) -> bool:
     """Delete every row the test wrote; False if the database is not as it was made."""
     tables, expected, versions, head = _our_tables()
-    parsed = make_url(url)
-    conn = await asyncpg.connect(
-        host=parsed.host,
-        port=parsed.port or 5432,
-        user=parsed.username,
-        password=parsed.password,
-        database=parsed.database,
-    )
+    conn = await connect_pg(url)
     try:
         await conn.execute("SET lock_timeout = '10s'")
         # A test that wrote many rows leaves as many dead ones behind a DELETE, and the
@@ -434,13 +432,7 @@ async def _fingerprint(url: str) -> str:
     """A digest of everything in the database but its rows (see ``_PG_FINGERPRINT``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
-        conn = await asyncpg.connect(
-            host=parsed.host,
-            port=parsed.port or 5432,
-            user=parsed.username,
-            password=parsed.password,
-            database=parsed.database,
-        )
+        conn = await connect_pg(url)
         try:
             return str(await conn.fetchval(_PG_FINGERPRINT))
         finally:
