@@ -291,20 +291,27 @@ async def _empty_pg(url: str) -> bool:
         await conn.close()
 
 
-async def _empty_mysql(url: str) -> bool:
-    """Delete every row the test wrote; False if the database is not as it was made."""
+async def connect_mysql(url: str, **options: Any) -> Any:
+    """A plain asyncmy connection to the database ``url`` names."""
     import asyncmy
 
-    tables, expected, versions, head = _our_tables()
     parsed = make_url(url)
-    conn = await asyncmy.connect(
+    return await asyncmy.connect(
         host=parsed.host or "127.0.0.1",
         port=parsed.port or 3306,
         user=parsed.username or "root",
         password=parsed.password or "",
         db=parsed.database,
-        autocommit=True,
+        **options,
     )
+
+
+async def _empty_mysql(url: str) -> bool:
+    """Delete every row the test wrote; False if the database is not as it was made."""
+    import asyncmy
+
+    tables, expected, versions, head = _our_tables()
+    conn = await connect_mysql(url, autocommit=True)
     try:
         async with conn.cursor() as cursor:
             await cursor.execute(
@@ -437,15 +444,7 @@ async def _fingerprint(url: str) -> str:
             return str(await conn.fetchval(_PG_FINGERPRINT))
         finally:
             await conn.close()
-    import asyncmy
-
-    mysql = await asyncmy.connect(
-        host=parsed.host or "127.0.0.1",
-        port=parsed.port or 3306,
-        user=parsed.username or "root",
-        password=parsed.password or "",
-        db=parsed.database,
-    )
+    mysql = await connect_mysql(url)
     try:
         async with mysql.cursor() as cursor:
             await cursor.execute("SET SESSION group_concat_max_len = 16777216")
