@@ -24,7 +24,14 @@ import pytest
 from sqlalchemy import Connection, delete, select, update
 
 from helpers import a_run
-from lovia_store import Database, SQLSession, entry_to_dict, upgrade
+from lovia_store import (
+    Database,
+    InputEntry,
+    SQLSession,
+    SQLSessionStorage,
+    entry_to_dict,
+    upgrade,
+)
 from lovia_store.db import tables
 from lovia_store.errors import EncryptionKeyError
 from lovia_store.lifecycle import (
@@ -208,6 +215,37 @@ async def test_an_import_stores_as_the_importing_database_says(kind: str, tmp_pa
         async with Database(sealed_url, **FORMS["encrypted2"]) as wrong:
             with pytest.raises(EncryptionKeyError):
                 await import_file(wrong, tmp_path / "all.jsonl", all_tenants=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_integers_past_a_doubles_range_export_and_import_exactly(
+    kind: str, tmp_path: Path
+) -> None:
+    """The stores keep an integer of any size exactly (a run's meta, a message's metadata
+    and tags); its export, written from an encrypted database, imports into a compressed
+    one and reads back the same numbers, beside long strings (shared, compressed)."""
+    big = 10**400  # past a double's range: orjson does not read it
+    text = f"{SECRET} " + "a long value, " * 200
+    entry = InputEntry(role="user", content=text)
+    async with (
+        database(kind, tmp_path, "sealed") as sealed_url,
+        database(kind, tmp_path, "packed") as packed_url,
+    ):
+        async with Database(sealed_url, **FORMS["encrypted"]) as sealed:
+            await SQLSession(sealed).append("s", [entry], run_id="r", meta={"n": big, "t": text})
+            await SQLSessionStorage(sealed).append(
+                "z", "q", entry, metadata={"n": -big, "t": text}, tags={"n": big}
+            )
+            await export(sealed, tmp_path / "big.jsonl")
+        async with Database(packed_url, **FORMS["compressed"]) as packed:
+            report = await import_file(packed, tmp_path / "big.jsonl")
+            assert report.inserted["message"] == 2 and report.inserted["segment"] == 1
+            [segment] = await SQLSession(packed).segments("s")
+            assert segment.meta == {"n": big, "t": text}
+            [record] = await SQLSessionStorage(packed).list_raw_messages("z", limit=5)
+            assert (record.metadata, record.tags) == ({"n": -big, "t": text}, {"n": big})
+            await export(packed, tmp_path / "again.jsonl")
+        assert lines(tmp_path / "again.jsonl")[1:] == lines(tmp_path / "big.jsonl")[1:]
 
 
 # -- prune -----------------------------------------------------------------------------
