@@ -15,6 +15,7 @@ string), timestamps as ISO 8601 in UTC with microseconds.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 from sqlalchemy import BigInteger, Column, Integer, String, Table
 
-from .._json import load_object
+from .._json import is_clean, load_object
 from .._version import __version__
 from ..checkpoints.contract import RunHead
 from ..db import tables
@@ -353,10 +354,32 @@ def _decode_value(kind: str, rule: _ColumnRule, value: Any, line: int) -> Any:
         raise ExportFormatError(f"{where} holds a NUL character", line=line)
     if rule.is_json:
         try:
-            _check_json(orjson.loads(value))
+            _check_json(_parse_json(value))
         except (orjson.JSONDecodeError, ValueError) as exc:
             raise ExportFormatError(f"{where} is not a JSON document ({exc})", line=line) from None
     return value
+
+
+def _parse_json(text: str) -> Any:
+    """A stored document, parsed to be checked. An integer past a double's range, which
+    the stores keep exactly and orjson does not read, is read by the standard library,
+    held to the stores' rules (no NaN, infinity or lone surrogate); whatever else orjson
+    refuses stays refused, with orjson's message."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        refused = exc
+    try:
+        document = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise refused from None
+    if not is_clean(document):
+        raise refused
+    return document
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _check_json(value: Any) -> None:
