@@ -654,3 +654,31 @@ async def test_a_fork_counts_the_values_its_copies_share(target: str) -> None:
         assert [r.message.output for r in await store.list_raw_messages(OTHER)] == [OUTPUT] * 2
         assert await store.delete_session(OTHER)
         assert await contents_rows(db) == []
+
+
+@pytest.mark.parametrize("mode", ["plain", *CODECS])
+async def test_zett_s_envelopes_read_back_exactly_through_the_raw_log_api(
+    target: str, mode: str
+) -> None:
+    """A zett message's attributes (any JSON: integers past 64 bits, past a double's
+    range) are kept in its envelope; the Raw Log API reads each envelope back exactly,
+    a message's and a snapshot's, as zett's own storage does."""
+    wide, huge = 2**70 + 1, -(10**400)  # a double rounds one; orjson does not read the other
+    attributes = {"wide": wide, "huge": huge, "text": OUTPUT}
+    async with Database(target, **(PLAIN if mode == "plain" else CODECS[mode])) as db:
+        storage = zett.SQLSessionStorage(db)
+        await storage.append(ZSID, "q1", UserMessage(content=OUTPUT, attributes=attributes))
+        summary = ZettCompacted(content=SUMMARY, attributes=attributes)
+        await storage.snapshot(ZSID, summary, 1, expected_version=0)
+        [mine] = await storage.list_raw_messages(ZSID)
+        assert mine.message.attributes == attributes  # zett's storage: exact
+        try:
+            [record] = await SQLSessionStorage(db).list_raw_messages(ZSID)
+            assert record.envelope is not None
+            assert record.envelope["data"]["attributes"] == attributes
+            assert type(record.envelope["data"]["attributes"]["wide"]) is int
+            view = await SQLSessionStorage(db).load(ZSID)
+            assert view.snapshot is not None and view.snapshot.envelope is not None
+            assert view.snapshot.envelope["data"]["attributes"] == attributes
+        finally:
+            assert await storage.delete_session(ZSID)
