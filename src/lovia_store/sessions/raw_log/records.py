@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from ..._json import load_document
 from ...db.tables import messages, sessions, snapshots
 from ...db.text_sql import utf8_bytes
 from ...entries import Where, json_documents, name_unknown_entry
@@ -155,7 +156,7 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
         return []
     documents = json_documents([row[_ENTRY_JSON] for row in rows], _at_rows(rows))
     values = []
-    for row, message in zip(rows, documents, strict=True):
+    for index, (row, message) in enumerate(zip(rows, documents, strict=True)):
         fields = record_fields(row)
         if isinstance(message, list):  # a message that stands for several entries
             fields["multiple"] = message
@@ -163,7 +164,7 @@ def records_from_rows(rows: Sequence[Any]) -> list[RawMessageRecord]:
         envelope = row[_ENVELOPE_JSON]
         fields["run_id"] = row[_RUN_ID]
         fields["message"] = message
-        fields["envelope"] = None if envelope is None else orjson.loads(envelope)
+        fields["envelope"] = None if envelope is None else _envelope(envelope, rows, index)
         values.append(fields)
     try:
         return _RECORDS.validate_python(values)
@@ -215,8 +216,21 @@ def snapshot_from_row(row: Any) -> ContextSnapshot:
         compacted_through_sequence=row.compacted_through_sequence,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        envelope=None if row.envelope_json is None else orjson.loads(row.envelope_json),
+        envelope=None if row.envelope_json is None else _snapshot_envelope(row),
     )
+
+
+def _envelope(text: str | bytes, rows: Sequence[Any], index: int) -> Any:
+    """A message's stored zett envelope, exactly (``load_document``: integers of any
+    size, which orjson reads as doubles or refuses); a damaged one is a
+    ``StoredValueError`` naming its row."""
+    table, _, key_of = _at_rows(rows)
+    return load_document(text, (table, "envelope_json", key_of), index)
+
+
+def _snapshot_envelope(row: Any) -> Any:
+    key = {"session_id": row.session_id, "version": row.version}
+    return load_document(row.envelope_json, ("lovia_snapshots", "envelope_json", lambda _: key))
 
 
 def _at_rows(rows: Sequence[Any]) -> Where:
