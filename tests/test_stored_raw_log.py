@@ -682,3 +682,32 @@ async def test_zett_s_envelopes_read_back_exactly_through_the_raw_log_api(
             assert view.snapshot.envelope["data"]["attributes"] == attributes
         finally:
             assert await storage.delete_session(ZSID)
+
+
+@pytest.mark.parametrize("mode", ["plain", *CODECS])
+async def test_metadata_and_tags_keep_every_integer_exactly(target: str, mode: str) -> None:
+    """Integers at and past the 64-bit bounds in a message's metadata and tags read back
+    as the same integers: below -2**63 with 19 digits too (orjson reads those as
+    floats), beside a value long enough to be compressed."""
+    numbers = [
+        -(2**63),
+        -(2**63) - 1,
+        -9999999999999999999,
+        2**63 - 1,
+        2**64 - 1,
+        2**64,
+        -(10**400),
+    ]
+    metadata = {"numbers": numbers, "note": NOTE}
+    tags = {"low": -(2**63) - 1, "note": NOTE}
+    async with Database(target, **(PLAIN if mode == "plain" else CODECS[mode])) as db:
+        storage = SQLSessionStorage(db)
+        await storage.append(S, "q1", user("hello"), metadata=metadata, tags=tags)
+        try:
+            [record] = await storage.list_raw_messages(S)
+            assert (record.metadata, record.tags) == (metadata, tags)
+            read = record.metadata["numbers"]
+            assert isinstance(read, list) and all(type(n) is int for n in read)
+            assert type(record.tags["low"]) is int
+        finally:
+            assert await storage.delete_session(S)
