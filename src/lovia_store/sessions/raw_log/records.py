@@ -124,9 +124,10 @@ def stored_object(
 
 
 _INVALID = object()
-# Twenty digits or more: possibly an integer past 64 bits (or digits in a string, which
-# json reads as exactly, only slower).
-_WIDE_NUMBER = re.compile(rb"\d{20}")
+# Possibly an integer past 64 bits, which orjson reads as a float: twenty digits or
+# more (past 2**64 - 1), or a minus and nineteen (below -2**63). Digits in a string
+# match too: json reads those exactly, only slower.
+_WIDE_NUMBER = re.compile(rb"-\d{19}|\d{20}")
 
 
 def summary_from_row(row: Any) -> SessionSummary:
