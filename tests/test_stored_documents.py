@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from backends import migrated_server_database
+from helpers import examples
 from lovia_store import Database, EncryptionKeyError, StoredValueError, UserError
 from lovia_store.db.contents import (
     read_documents,
@@ -26,7 +27,7 @@ from lovia_store.db.contents import (
     retain_references,
     store_documents,
 )
-from lovia_store.db.documents import MARK, SHARED_MARK, DocumentCodec, references
+from lovia_store.db.documents import DEFAULT_THRESHOLD, MARK, SHARED_MARK, DocumentCodec, references
 from lovia_store.db.encryption import generate_encryption_key
 from lovia_store.db.tables import contents
 
@@ -307,3 +308,100 @@ async def test_a_release_rolled_back_keeps_the_value(database_url: str) -> None:
             await db.write(release_then_fail)
         assert [r for _, _, r in await _counts(db)] == [1]
         assert await db.read(lambda conn: read_documents(conn, "", stored)) == [doc]
+
+
+# -- exact whatever wrote the text and whatever the options -------------------------
+
+AROUND = (62, 63, 64, 65, 66, 98, 99, 100, 101, 2045, 2046, 2047, 2048, 2049, 2050)
+"""String lengths at and around the thresholds below (64, 100, the default 2,048)."""
+TRICKY = '"\\\n\t\x00\x01\x1f\x7f/\u00e9\u2028\u2029\ufeff\U0001f600ab '
+"""What JSON escapes (quotes, backslashes, control characters), what it may or may not
+(U+2028, DEL, a solidus), and what is longer in UTF-8 or UTF-16 (non-BMP)."""
+
+
+@st.composite
+def long_strings(draw: st.DrawFn) -> str:
+    """A string at or around a threshold, of a repeated piece of ``TRICKY`` (compresses)
+    or of any of its characters (may not)."""
+    size = draw(st.sampled_from(AROUND))
+    piece = draw(st.text(st.sampled_from(TRICKY), min_size=1, max_size=size))
+    return (piece * (size // len(piece) + 1))[:size]
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> Any:
+    """A JSON value holding a few long strings, each maybe several times: in nested
+    lists, as object values and as object keys, beside integers past 64 bits (and past
+    a double's range), floats and short strings."""
+    pool = draw(st.lists(long_strings(), min_size=1, max_size=3))
+    leaves = st.sampled_from(pool) | st.none() | st.booleans() | st.text(max_size=5)
+    leaves |= st.sampled_from([2**64, -(2**63) - 1, 10**400, 0.1, -1.5e300, 5e-324])
+    keys = st.sampled_from(pool) | st.text(st.sampled_from(TRICKY), max_size=4)
+    value = draw(
+        st.recursive(
+            leaves,
+            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+            max_leaves=12,
+        )
+    )
+    return {"output": pool[0], "raw": value}  # a tool result's shape
+
+
+WRITERS: dict[str, Any] = {
+    "compact": lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
+    "ascii": json.dumps,  # \\u escapes: long strings not found as orjson writes them
+    "zett": lambda v: json.dumps(v, ensure_ascii=False, separators=(", ", ": ")),
+    "indented": lambda v: json.dumps(v, ensure_ascii=False, indent=1, sort_keys=True),
+}
+"""How a document's text may have been written: ours, zett-agent's, another program's."""
+CODEC_OPTIONS = st.fixed_dictionaries(
+    {
+        "compression": st.booleans(),
+        "threshold": st.sampled_from([64, 100, DEFAULT_THRESHOLD]),
+        "encryption_keys": st.sampled_from([None, [KEY_A], [KEY_B, KEY_A]]),
+    }
+)
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    value=documents(),
+    writer=st.sampled_from(sorted(WRITERS)),
+    options=CODEC_OPTIONS,
+    reader_options=CODEC_OPTIONS,
+    shareable=st.booleans(),
+)
+def test_a_document_reads_back_exactly_whatever_wrote_it_and_whatever_the_options(
+    value: Any,
+    writer: str,
+    options: dict[str, Any],
+    reader_options: dict[str, Any],
+    shareable: bool,
+) -> None:
+    """Exact round trips of long strings at and around each threshold, with every JSON
+    escape, repeated in one document (in lists, as values, as keys), beside integers
+    no double holds; read by the codec that wrote them, and by another Database's
+    codec with other options (its keys open what it holds the key of, else the read
+    is an EncryptionKeyError)."""
+    text = WRITERS[writer](value)
+    codec = DocumentCodec(**options)
+    encoded = codec.encode("t", text, shareable=shareable)
+    shared = dict(encoded.shared)
+    assert len(encoded.shared) == len(references(encoded.text))
+    assert all(json.loads(literal) is not None for literal in shared.values())  # literals
+    assert codec.decode("t", encoded.text, shared, WHERE, 0) == text
+    inline = [encoded.text, encoded.text.encode()]
+    codec.decode_at("t", inline, [0], shared, WHERE)
+    assert inline[0] == text
+    if encoded.text.startswith(f"{MARK}e\x1f"):  # as SQLite reads it: UTF-8 bytes
+        codec.decode_at("t", inline, [1], shared, WHERE)
+        assert inline[1] == text.encode()
+    reader = DocumentCodec(**reader_options)
+    sealing = options["encryption_keys"][0] if options["encryption_keys"] else None
+    assert encoded.text.startswith(MARK) or sealing is None
+    if sealing is None or sealing in (reader_options["encryption_keys"] or []):
+        assert reader.decode("t", encoded.text, shared, WHERE, 0) == text
+    else:
+        with pytest.raises(EncryptionKeyError) as caught:
+            reader.decode("t", encoded.text, shared, WHERE, 4)
+        assert caught.value.row == {"session_id": "s", "index": 4}
