@@ -40,12 +40,14 @@ from lovia_store.lifecycle import (
     export,
     import_file,
     prune,
+    rekey,
     stored,
 )
 from lovia_store.lifecycle.stats import database_stats
 from stored_support import (
     DOCUMENTS,
     FORMS,
+    KEY1,
     KEY2,
     KINDS,
     SECRET,
@@ -440,3 +442,81 @@ async def alice_encrypted(url: str) -> bool:
             )
         )
     return all(encoded(text) for text in texts)
+
+
+# -- tricky documents through every form -------------------------------------------
+
+TRICKY = '"\\\n\t\x00\x1f\x7f/\u00e9\u2028\U0001f600 '
+"""What JSON escapes, what it may or may not, what is longer in UTF-8 or UTF-16."""
+SIZES = (2047, 64, 2049, 2046, 65, 2048)
+"""Lengths at and around the thresholds the steps use (64 and the default 2,048)."""
+
+
+def tricky_output(n: int) -> str:
+    """One of six outputs (``stored_support.output``'s stand-in: the same one read again
+    in several documents), each at or around a threshold, repetitive or not (which
+    compresses less), with every kind of escape."""
+    size = SIZES[n % 6]
+    if n % 3 == 2:
+        return "".join(TRICKY[(i * i + n) % len(TRICKY)] for i in range(size))
+    return (f"{SECRET} {TRICKY}" * (size // 10 + 1))[:size]
+
+
+OUTPUTS = len({n % 6 for n in (1, 2, 3, 5, 6, 7)})
+"""The distinct outputs of a tenant's world (``output(n)`` of these ``n``)."""
+STEPS: list[tuple[str, dict[str, Any]]] = [
+    ("write", {}),  # the default Database: threshold 2,048
+    ("rekey", {"compression_threshold": 64, "encryption_keys": [KEY1]}),
+    ("copy", {"encryption_keys": lambda tenant: [KEY2] if tenant else [KEY1]}),
+    ("export", {"compression": False}),
+    ("rekey", {"compression_threshold": 64}),
+    ("copy", {"compression": False, "encryption_keys": [KEY2]}),
+    ("rekey", {"compression_threshold": 64, "encryption_keys": [KEY1, KEY2]}),
+    ("export", {"compression_threshold": 64}),
+    ("rekey", {"compression": False}),
+]
+"""Each step writes the database again, into itself (rekey) or another one (copy,
+export and import), as the step's options say; ``KEY1, KEY2`` open every one."""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_long_values_with_every_escape_survive_every_rekey_copy_and_import(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tool outputs at and around each threshold, with every JSON escape, shared by
+    several documents of two tenants (one key per tenant in one step), through rekeys
+    (to a key, to two, to none, to no compression, in small batches), verified copies
+    and export-import round trips: after every step each document reads back exactly,
+    every reference is counted and the counters agree."""
+    monkeypatch.setattr("stored_support.output", tricky_output)
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [
+            await stack.enter_async_context(database(kind, tmp_path, f"step{step}"))
+            for step in range(len(STEPS))
+        ]
+        url, options = urls[0], STEPS[0][1]
+        async with Database(url, **options) as db:
+            await write_world(db, "", "acme")
+        for step, (action, wanted) in enumerate(STEPS[1:], start=1):
+            if action == "rekey":
+                async with Database(url, **wanted) as db:
+                    await rekey(db, all_tenants=True, decryption_keys=[KEY1, KEY2], batch_size=3)
+            else:
+                async with Database(url, **options) as src, Database(urls[step], **wanted) as db:
+                    if action == "copy":
+                        report = await copy_database(src, db, all_tenants=True)
+                        assert report.ok, report.differing
+                    else:
+                        await export(src, tmp_path / f"{step}.jsonl", all_tenants=True)
+                        await import_file(db, tmp_path / f"{step}.jsonl", all_tenants=True)
+                url = urls[step]
+            options = wanted
+            async with Database(url, **options) as db:
+                assert await decoded_rows(db) == plain_world("", "acme"), (step, action)
+                await assert_counts_true(db)
+                assert await counter_mismatches(db, all_tenants=True) == []
+                if options.get("compression_threshold") == 64:  # every output shared
+                    assert len(await contents_of(db)) == 2 * OUTPUTS
+        async with Database(url, **options) as db:  # the last step wrote plain JSON text
+            assert await contents_of(db) == {}
+            assert not any(encoded(text) for _, _, text in await stored_texts(db))
