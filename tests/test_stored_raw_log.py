@@ -711,3 +711,35 @@ async def test_metadata_and_tags_keep_every_integer_exactly(target: str, mode: s
             assert type(record.tags["low"]) is int
         finally:
             assert await storage.delete_session(S)
+
+
+@pytest.mark.parametrize("mode", ["plain", "encrypted"])
+async def test_a_damaged_zett_envelope_is_a_stored_value_error_naming_its_row(
+    target: str, mode: str
+) -> None:
+    """An envelope that does not read (edited by another program), a message's or a
+    snapshot's, fails the Raw Log API's reads with a ``StoredValueError`` naming its row."""
+    async with Database(target, **(PLAIN if mode == "plain" else CODECS[mode])) as db:
+        storage = zett.SQLSessionStorage(db)
+        await storage.append(ZSID, "q1", UserMessage(content="one"))
+        await storage.append(ZSID, "q2", UserMessage(content="two"))
+        await storage.snapshot(ZSID, ZettCompacted(content=SUMMARY), 1, expected_version=0)
+        ours = SQLSessionStorage(db)
+
+        def damage(conn: Connection, table: Any, **key: Any) -> None:
+            where = [table.c[name] == value for name, value in key.items()]
+            conn.execute(update(table).where(*where).values(envelope_json='{"kind": 1, "da'))
+
+        try:
+            await db.write(lambda conn: damage(conn, messages, session_id=ZSID, sequence=2))
+            with pytest.raises(StoredValueError) as raised:
+                await ours.list_raw_messages(ZSID)
+            assert (raised.value.table, raised.value.column) == ("lovia_messages", "envelope_json")
+            assert raised.value.row == {"session_id": ZSID, "sequence": 2}
+            await db.write(lambda conn: damage(conn, snapshots, session_id=ZSID, version=1))
+            with pytest.raises(StoredValueError) as raised:
+                await ours.load(ZSID)
+            assert (raised.value.table, raised.value.column) == ("lovia_snapshots", "envelope_json")
+            assert raised.value.row == {"session_id": ZSID, "version": 1}
+        finally:
+            assert await storage.delete_session(ZSID)
