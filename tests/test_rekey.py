@@ -71,6 +71,11 @@ async def key_ids(db: Database) -> set[str | None]:
     return {key_id(text) for _, _, text in await stored_texts(db)}
 
 
+async def forms_of(db: Database) -> set[str]:
+    """The flags of every stored document in lovia-store's form."""
+    return {text[1:].split("\x1f", 1)[0] for _, _, text in await stored_texts(db) if encoded(text)}
+
+
 async def value_key_ids(db: Database) -> set[str | None]:
     return {d[1:9].decode() if d.startswith(b"e") else None for d in await shared_bytes(db)}
 
@@ -242,6 +247,40 @@ async def test_long_plain_rows_are_compressed_and_compressed_ones_written_plain(
             assert await decoded_rows(db) == plain_world()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_sealed_rows_are_written_whole_without_compression_and_compressed_again(
+    kind: str, tmp_path: Path
+) -> None:
+    """With the same key, ``compression=False`` writes every sealed document whole (flags
+    ``e``), releasing every shared value, and compression on compresses them again."""
+    whole = {**FORMS["encrypted"], "compression": False}
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **FORMS["encrypted"]) as db:
+            await write_world(db)
+            assert await contents_of(db)
+            written = await forms_of(db)
+            assert {"re", "ze"} <= written
+        async with Database(url, **whole) as db:
+            report = await rekey(db)
+            assert report.rewritten["lovia_messages"] > 0
+            texts = await stored_texts(db)
+            assert all(text.startswith(f"{MARK}e\x1f{ID1}\x1f") for _, _, text in texts)
+            assert await contents_of(db) == {}
+            assert await decoded_rows(db) == plain_world()
+            await assert_counts_true(db)
+            assert (await rekey(db)).rows == 0
+        async with Database(url, **FORMS["encrypted"]) as db:
+            report = await rekey(db)
+            assert report.rewritten["lovia_messages"] > 0
+            texts = await stored_texts(db)
+            assert await forms_of(db) == written  # as a write with these options stores them
+            assert all(key_id(text) == ID1 for _, _, text in texts)
+            assert await contents_of(db)
+            assert await decoded_rows(db) == plain_world()
+            await assert_counts_true(db)
+            assert (await rekey(db)).rows == 0  # what does not compress is left alone
+
+
 # -- killed mid-way ------------------------------------------------------------------
 
 
@@ -401,12 +440,15 @@ def test_the_command_shows_its_progress_on_a_terminal(tmp_path: Path) -> None:
         {"encryption_keys": [KEY1]},
         {"compression": True},
         {"compression": False},
+        {"encryption_keys": [KEY1], "compression": False},
     ],
-    ids=["rotating", "sealing", "compressing", "plain"],
+    ids=["rotating", "sealing", "compressing", "plain", "sealing-whole"],
 )
 def test_the_rows_a_batch_selects_in_sql_are_those_not_current(options: dict[str, Any]) -> None:
     """The SQL test on a stored text's head selects every document the Python test
-    calls not current, and besides at most long plain ones (which may not compress)."""
+    calls not current, and besides at most long plain ones (which may not compress).
+    Sealed documents are current only as the options write them: whole (flags ``e``)
+    without compression, and with it unless long enough to compress."""
     from sqlalchemy import Column, MetaData, Table, Text, create_engine, insert, select
 
     from lovia_store.lifecycle.rekeying import _Form

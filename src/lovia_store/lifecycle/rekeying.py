@@ -120,20 +120,39 @@ class _Form:
             return False
         flags, key_id = head[0], head[1]
         if self.key_id is not None:
-            return flags.endswith("e") and key_id == self.key_id
+            if not flags.endswith("e") or key_id != self.key_id:
+                return False
+            if not self.compression:
+                return flags == "e"
+            # Sealed whole, as written with compression off: compressed now if long.
+            return flags != "e" or len(stored) < self.threshold
         return self.compression and not flags.endswith("e")
 
     def pending(self, column: ColumnElement[str]) -> ColumnElement[bool]:
         """SQL: ``column`` holds a document not in the current form (at least those:
-        a long plain document that does not compress is selected, and left alone)."""
+        a long document stored whole, plain or sealed, that does not compress is
+        selected, and left alone)."""
         if self.key_id is not None:
+            whole = column.like(f"{MARK}e{_SEP}{self.key_id}{_SEP}%")
+            if not self.compression:
+                return and_(column.is_not(None), not_(whole))
             sealed = [column.like(f"{MARK}{f}{_SEP}{self.key_id}{_SEP}%") for f in _SEALED_FLAGS]
-            return and_(column.is_not(None), not_(or_(*sealed)))
+            sealed_long = and_(whole, func.length(column) >= self.threshold)
+            return and_(column.is_not(None), or_(not_(or_(*sealed)), sealed_long))
         if not self.compression:
             return column.like(f"{MARK}%")
         sealed = [column.like(f"{MARK}{f}{_SEP}%") for f in _SEALED_FLAGS]
         plain_long = and_(not_(column.like(f"{MARK}%")), func.length(column) >= self.threshold)
         return or_(*sealed, plain_long)
+
+    def same(self, before: str, after: str) -> bool:
+        """Whether ``after`` stores ``before`` as it already was: the same text, or both
+        sealed whole with the current key (a new nonce changes nothing else), which the
+        row keeps (neither refers to a shared value)."""
+        if after == before:
+            return True
+        whole = f"{MARK}e{_SEP}{self.key_id}{_SEP}"
+        return self.key_id is not None and before.startswith(whole) and after.startswith(whole)
 
     def value_current(self, head: bytes) -> bool:
         """Whether a shared value (its first bytes) is sealed as it would be now."""
@@ -242,7 +261,7 @@ class _Walk:
             if share:
                 released += old
             for i, before, after in zip(chosen, old, new, strict=True):
-                if after != before:
+                if not self.form.same(before, after):
                     changed[i][name] = after
         release_documents(conn, self.tenant, released)  # after the new forms counted theirs
         by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
