@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import json
 import re
 import threading
 from collections import OrderedDict
@@ -186,6 +187,9 @@ class DocumentCodec:
 
         Parsing (orjson, C) and a search for each long string as JSON writes it
         cost a fifth of scanning every string literal with a regular expression.
+        A string is looked for as orjson writes it, then (not ASCII) as the standard
+        library does by default, escaped; the first one found neither way ends the
+        search, so a document written otherwise costs two scans, not one per string.
         """
         try:
             value = orjson.loads(text)
@@ -196,17 +200,25 @@ class DocumentCodec:
         spans: list[tuple[int, int]] = []
         at = 0
         written: dict[int, tuple[str, str]] = {}  # by length, as in ``_share``
+        escaped = False  # the document writes what is not ASCII escaped
         for string in _strings_in_order(value, self.threshold - 2):
             seen = written.get(len(string))
             if seen is not None and seen[0] == string:
                 literal = seen[1]
             else:
-                literal = orjson.dumps(string).decode()
-                written[len(string)] = (string, literal)
+                literal = json.dumps(string) if escaped else orjson.dumps(string).decode()
             start = _find(text, literal, at)
-            if start >= 0:
-                at = start + len(literal)
-                spans.append((start, at))
+            if start < 0 and not escaped and not string.isascii():
+                literal = json.dumps(string)  # the standard library's default form
+                start = _find(text, literal, at)
+                escaped = start >= 0
+            if start < 0:
+                # Written otherwise: what follows stays in place (a search per string
+                # would scan the rest of the text each time).
+                break
+            written[len(string)] = (string, literal)
+            at = start + len(literal)
+            spans.append((start, at))
         return spans
 
     def _form(self, tenant: str, keys: KeySet | None, flags: str, refs: str, data: bytes) -> str:
