@@ -1,0 +1,191 @@
+"""Counted references to shared values (``lovia_contents.refs``) across sequences of
+operations.
+
+After each step every value's ``refs`` is compared with a recount of the references the
+shareable documents make (as ``stored_support.assert_counts_true`` does), and ``check`` must
+agree. On SQLite, PostgreSQL and MariaDB, with the documents compressed and their long
+strings shared (``compression_threshold=64``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from helpers import call, result, say, user
+from lovia_store import (
+    CompactedMessage,
+    Database,
+    RunHead,
+    SQLCheckpointer,
+    SQLSession,
+    SQLSessionStorage,
+    TranscriptEntry,
+)
+from lovia_store.db.tables import sessions
+from lovia_store.db.types import utcnow
+from lovia_store.errors import UserError
+from lovia_store.lifecycle import (
+    copy_database,
+    counter_mismatches,
+    export,
+    import_file,
+    prune,
+    rekey,
+)
+from stored_support import KEY1, KEY2, KINDS, contents_of, counted_references, database
+
+OPTIONS = {"compression_threshold": 64}
+BIG = "".join(f"{i:04d} a file read by a tool, line after line\n" for i in range(60))
+OTHER = "".join(f"{i:04d} another page fetched by another tool\n" for i in range(50))
+
+
+def head(turns: int, status: str = "running") -> RunHead:
+    return RunHead(agent_name="agent", status=status, turns=turns, updated_at=1.0)
+
+
+def run_of(tag: str, output: str) -> list[TranscriptEntry]:
+    return [user(f"q {tag}"), call(f"c-{tag}"), result(f"c-{tag}", output), say(f"a {tag}")]
+
+
+async def assert_checked(db: Database) -> None:
+    """``check`` finds nothing wrong, and the counts equal a recount."""
+    found = [m.detail for m in await counter_mismatches(db, all_tenants=True)]
+    assert not found, "check: " + "; ".join(found)
+    assert await contents_of(db) == await counted_references(db)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_two_databases_appending_and_releasing_one_value_at_once_keep_its_count(
+    kind: str, tmp_path: Path
+) -> None:
+    """Writers on two Databases (two pools, as two processes have) append runs naming the
+    same long value, fork, trim, rewind and clear their sessions at once: the value is
+    stored again when its last reference went just before, never lost, never leaked."""
+    async with (
+        database(kind, tmp_path, "db") as url,
+        Database(url, **OPTIONS) as one,
+        Database(url, **OPTIONS) as two,
+    ):
+
+        async def worker(i: int) -> None:
+            store = SQLSession(one if i % 2 else two)
+            sid = f"w{i}"
+            for round_ in range(3):
+                await store.append(sid, run_of(f"{i}-{round_}-a", BIG), run_id=f"a{round_}")
+                await store.append(sid, run_of(f"{i}-{round_}-b", BIG), run_id=f"b{round_}")
+                await store.append(sid, run_of(f"{i}-{round_}-a", BIG), run_id=f"a{round_}")
+                if i % 3 == 0:
+                    await store.fork(sid, f"{sid}-f{round_}", keep_entries=8)
+                    await store.trim_tool_results(sid, keep_chars=100)
+                elif i % 3 == 1:
+                    await store.rewind(sid, keep_entries=4)
+                await store.clear(sid)
+
+        await asyncio.gather(*(worker(i) for i in range(6)))
+        await assert_checked(one)
+        for i in (0, 3):
+            for round_ in range(3):
+                assert len(await SQLSession(two).load(f"w{i}-f{round_}")) == 8
+                await SQLSession(one).clear(f"w{i}-f{round_}")
+        await assert_checked(one)
+        assert await contents_of(one) == {}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_every_path_that_drops_or_replaces_documents_keeps_every_count(
+    kind: str, tmp_path: Path
+) -> None:
+    """One sequence over every path that adds, drops or replaces shareable documents,
+    the counts recounted after each step: session appends (replayed, refused), the Raw
+    Log (keyed replays, a refused parent, snapshots, fork, delete), checkpoints (heads
+    replaced, outcomes replaced, runs deleted, a rewind that deletes them), a prune, an
+    export imported into a database holding some of the values already, a copy into
+    another, and rekeys there and back."""
+    async with (
+        database(kind, tmp_path, "db") as url,
+        database(kind, tmp_path, "into") as into_url,
+        database(kind, tmp_path, "copy") as copy_url,
+        Database(url, **OPTIONS) as db,
+    ):
+        store, raw, cp = SQLSession(db), SQLSessionStorage(db), SQLCheckpointer(db)
+        nan = {"not a number": float("nan")}
+        steps: list[str] = []
+
+        async def step(name: str, act: Awaitable[object]) -> None:
+            await act
+            steps.append(name)
+            try:
+                await assert_checked(db)
+            except AssertionError as exc:
+                raise AssertionError(f"after {steps}: {exc}") from exc
+
+        await step("append", store.append("s", run_of("1", BIG), run_id="r1"))
+        await step("replay", store.append("s", run_of("x", OTHER), run_id="r1"))
+        with pytest.raises(UserError):
+            await store.append("s", [*run_of("2", OTHER), result("n", BIG, raw=nan)], run_id="r2")
+        await step("refused", store.append("s", run_of("2", OTHER), run_id="r2"))
+        await step("raw", raw.append("z", "q1", result("c1", BIG), idempotency_key="k1"))
+        await step("keyed replay", raw.append("z", "q1", result("c1", OTHER), idempotency_key="k1"))
+        with pytest.raises(UserError):
+            await raw.append("z", "q2", result("c2", OTHER), parent_session_id="s")
+        await step("raw 2", raw.append("z", "q2", say(BIG)))
+        await step("raw fork", raw.fork("z", "y", keep_entries=1))
+        await step("snapshot", raw.snapshot("z", CompactedMessage(content=BIG), 1, 0))
+        await step("raw delete", raw.delete_session("z"))
+
+        for turn in range(3):
+            await step("checkpoint", cp.append("run", [result(f"c{turn}", BIG)], head(turn)))
+        await step("linked", cp.append("run-s", [result("c", OTHER)], head(1), session_id="s"))
+        for output in (BIG, BIG, OTHER, "short", BIG):
+            await step(
+                "outcome",
+                cp.run_effect(
+                    "run", "e1", "read", lambda _, o=output: o, lambda v: result("e1", v)
+                ),
+            )
+        await step("run deleted", cp.delete("run"))
+        await store.append("s", run_of("3", BIG), run_id="run-s")
+        await step("rewind with runs", store.rewind("s", keep_entries=4, checkpointer=cp))
+        await step("fork", store.fork("s", "f", keep_entries=3))
+        await step("trim", store.trim_tool_results("f", keep_chars=10, keep_runs=0))
+        await cp.append("old-run", [result("c", OTHER)], head(1, "completed"))
+        old = utcnow() - timedelta(days=30)
+        await db.write(
+            lambda conn: conn.execute(
+                update(sessions).where(sessions.c.session_id == "f").values(updated_at=old)
+            )
+        )
+        await step("prune", prune(db, older_than=timedelta(days=7)))
+        assert await store.load("f") == []
+
+        path = tmp_path / "export.jsonl"
+        await export(db, path)
+        async with Database(into_url, **OPTIONS) as into:
+            await SQLSession(into).append("held", run_of("h", BIG), run_id="h1")
+            await import_file(into, path)
+            await import_file(into, path)  # nothing new: nothing counted again
+            await assert_checked(into)
+            await copy_database(into, copy_url)
+        async with Database(copy_url, **OPTIONS, encryption_keys=[KEY1]) as copied:
+            await rekey(copied)
+            await assert_checked(copied)
+            held = await SQLSession(copied).load("held")
+        async with Database(copy_url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as copied:
+            await rekey(copied, batch_size=3)
+            await assert_checked(copied)
+        async with Database(copy_url, compression=False) as copied:
+            await rekey(copied, decryption_keys=[KEY2])
+            await assert_checked(copied)
+            assert await contents_of(copied) == {}
+            assert await SQLSession(copied).load("held") == held
+
+        await step("clear", store.clear("s"))
+        await step("delete", raw.delete_session("y"))
+        await step("last runs", cp.delete("old-run"))
+        assert await contents_of(db) == {}
