@@ -1,5 +1,5 @@
 """Counted references to shared values (``lovia_contents.refs``) across sequences of
-operations.
+operations, and under edits that wait for one another.
 
 After each step every value's ``refs`` is compared with a recount of the references the
 shareable documents make (as ``stored_support.assert_counts_true`` does), and ``check`` must
@@ -10,14 +10,15 @@ strings shared (``compression_threshold=64``).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import Connection, text, update
 
-from helpers import call, result, say, user
+from helpers import call, eventually, result, say, user
 from lovia_store import (
     CompactedMessage,
     Database,
@@ -38,6 +39,7 @@ from lovia_store.lifecycle import (
     prune,
     rekey,
 )
+from lovia_store.sessions.trim import trim_rows
 from stored_support import KEY1, KEY2, KINDS, contents_of, counted_references, database
 
 OPTIONS = {"compression_threshold": 64}
@@ -58,6 +60,95 @@ async def assert_checked(db: Database) -> None:
     found = [m.detail for m in await counter_mismatches(db, all_tenants=True)]
     assert not found, "check: " + "; ".join(found)
     assert await contents_of(db) == await counted_references(db)
+
+
+async def lock_waits(db: Database, table: str) -> int:
+    """How many statements on ``table`` of this test's database wait for a row lock.
+
+    On MariaDB a transaction that waits for its first lock may be missing from
+    ``innodb_trx``: a locking statement on ``table`` that is running is counted (it
+    returns at once unless it waits, and the tests poll while the lock is held)."""
+
+    def work(conn: Connection) -> int:
+        if conn.dialect.name == "postgresql":
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE :table"
+            )
+        else:
+            query = (
+                "SELECT count(*) FROM information_schema.processlist "
+                "WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' "
+                "AND (info LIKE 'UPDATE %' OR info LIKE '%FOR UPDATE') AND info LIKE :table"
+            )
+        return int(conn.execute(text(query), {"table": f"%{table}%"}).scalar_one())
+
+    return await db.read(work)
+
+
+def trim_and_hold(url: str, trimmed: threading.Event, go: threading.Event) -> int:
+    """Trim session "old" in a transaction of another Database (its own loop and
+    thread) that commits only once ``go`` is set."""
+
+    async def main() -> int:
+        async with Database(url, **OPTIONS) as db:
+
+            def work(conn: Connection) -> int:
+                count = trim_rows(conn, "", "old", 100, 0)
+                trimmed.set()
+                assert go.wait(120), "never let go"
+                return count
+
+            return await db.write(work)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_prune_that_waited_for_a_trim_releases_the_trimmed_rows(
+    kind: str, tmp_path: Path
+) -> None:
+    """A prune of an idle session waits for the session's row while a trim of it commits
+    (a trim leaves the session's activity as it was, so the session is still pruned):
+    what the prune releases must be what it deletes, the trimmed entries, not the
+    entries it may have seen before it waited. Otherwise the value the trim released
+    is released a second time (deleted while another session names it) and the values
+    of the trimmed entries are kept for nothing."""
+    async with database(kind, tmp_path, "db") as url, Database(url, **OPTIONS) as db:
+        store = SQLSession(db)
+        await store.append("old", run_of("1", BIG), run_id="r1")
+        await store.append("old", run_of("2", OTHER), run_id="r2")
+        await store.append("kept", run_of("k", BIG), run_id="k1")
+        idle = utcnow() - timedelta(days=30)
+        await db.write(
+            lambda conn: conn.execute(
+                update(sessions).where(sessions.c.session_id == "old").values(updated_at=idle)
+            )
+        )
+        kept = await store.load("kept")
+        await assert_checked(db)
+
+        trimmed, go = threading.Event(), threading.Event()
+        trimming = asyncio.ensure_future(asyncio.to_thread(trim_and_hold, url, trimmed, go))
+        try:
+            await eventually(lambda: asyncio.sleep(0, trimmed.is_set()))
+            pruning = asyncio.ensure_future(prune(db, older_than=timedelta(days=7)))
+            if kind != "sqlite":  # the prune waits for the trim's lock on the session
+                await eventually(lambda: _waiting(db, "lovia_sessions"))
+        finally:
+            go.set()
+        assert await trimming == 2
+        report = await pruning
+        assert report.sessions == ["old"]
+
+        assert await store.load("old") == []
+        await assert_checked(db)
+        async with Database(url, **OPTIONS) as fresh:  # no value remembered
+            assert await SQLSession(fresh).load("kept") == kept
+
+
+async def _waiting(db: Database, table: str) -> bool:
+    return await lock_waits(db, table) > 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
