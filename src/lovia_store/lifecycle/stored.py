@@ -125,11 +125,18 @@ def referencing(
     """The stored documents of ``table``'s rows of ``tenant`` that ``where`` selects
     and that name shared values (only those rows are read): what ``release_documents``
     takes, in the transaction that deletes the rows (after deleting them: the shared
-    values are the last rows a transaction locks)."""
+    values are the last rows a transaction locks).
+
+    A locking read: it sees the rows the delete will delete. A plain read would see
+    the transaction's snapshot (InnoDB's repeatable read takes it at the first plain
+    read, which may come before the caller's locks were granted), where rows a
+    writer changed meanwhile (a trim, a rekey) still hold their former documents."""
     columns = [table.c[name] for name in SHAREABLE.get(table.name, ())]
     if not columns:
         return []
     query = select(*columns).where(
         table.c.tenant == tenant, *where, or_(*(has_references(c) for c in columns))
     )
+    if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+        query = query.with_for_update()
     return [text for row in conn.execute(query).all() for text in row if text is not None]
