@@ -30,7 +30,7 @@ from lovia_store import (
 )
 from lovia_store.db.tables import sessions
 from lovia_store.db.types import utcnow
-from lovia_store.errors import UserError
+from lovia_store.errors import StoredValueError, UserError
 from lovia_store.lifecycle import (
     copy_database,
     counter_mismatches,
@@ -45,6 +45,8 @@ from stored_support import KEY1, KEY2, KINDS, contents_of, counted_references, d
 OPTIONS = {"compression_threshold": 64}
 BIG = "".join(f"{i:04d} a file read by a tool, line after line\n" for i in range(60))
 OTHER = "".join(f"{i:04d} another page fetched by another tool\n" for i in range(50))
+HUGE = "".join(f"{i:07d} a long log read by a tool, line after line\n" for i in range(50_000))
+"""2.55 M characters: longer than any value a Database remembers (so it is read back)."""
 
 
 def head(turns: int, status: str = "running") -> RunHead:
@@ -149,6 +151,84 @@ async def test_a_prune_that_waited_for_a_trim_releases_the_trimmed_rows(
 
 async def _waiting(db: Database, table: str) -> bool:
     return await lock_waits(db, table) > 0
+
+
+def rekey_and_hold(
+    url: str, asked: threading.Event, go: threading.Event, trimmed: threading.Event
+) -> int:
+    """Rotate KEY1 to KEY2 from another Database (its own loop and thread), a session's
+    messages a batch. Its key provider answers only once ``go`` is set: it is asked in
+    the first batch, when that batch's rows are locked and not yet rewritten (a slow
+    secret store). After that first batch it goes on once ``trimmed`` is set."""
+
+    def provider(tenant: str) -> list[bytes | str]:
+        asked.set()
+        assert go.wait(120), "never let go"
+        return [KEY1]
+
+    def progress(task: str, done: int, total: int) -> None:
+        if task == "lovia_messages" and done:
+            assert trimmed.wait(120), "the trim never ended"
+
+    async def main() -> int:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            report = await rekey(db, decryption_keys=provider, batch_size=8, progress=progress)
+            return report.rewritten["lovia_messages"]
+
+    return asyncio.run(main())
+
+
+SERVERS = [kind for kind in KINDS if kind.id != "sqlite"]
+"""SQLite's one writer holds the whole file: no edit ever waits inside another."""
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_a_trim_that_waited_for_a_rekey_releases_the_rekeyed_rows(
+    kind: str, tmp_path: Path
+) -> None:
+    """A key rotation rewrites a session's rows (new digests counted, the old ones
+    released) while a trim of that session waits to write them: the trim must release
+    the references of the rows it replaces, the rekeyed ones. Otherwise it releases the
+    old forms' values a second time (deleted while another session still names them)
+    and the values of the rekeyed rows are kept for nothing. The output is too long
+    for a Database to remember: what is deleted is not read from memory either."""
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
+            earlier = SQLSession(before)
+            await earlier.append("s", run_of("1", HUGE), run_id="r1")
+            await earlier.append("s", run_of("2", OTHER), run_id="r2")
+            await earlier.append("t", run_of("t", HUGE), run_id="t1")
+            kept = await earlier.load("t")
+            await assert_checked(before)
+        # The application writes with the new key first (and reads with both) while
+        # the rekey rewrites what the old key sealed.
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            await _trim_during_rekey(url, db, kept)
+
+
+async def _trim_during_rekey(url: str, db: Database, kept: list[TranscriptEntry]) -> None:
+    """Trim session "s" on ``db`` while another Database's rekey holds its rows."""
+    store = SQLSession(db)
+    asked, go, trimmed = threading.Event(), threading.Event(), threading.Event()
+    rekeying = asyncio.ensure_future(asyncio.to_thread(rekey_and_hold, url, asked, go, trimmed))
+    try:
+        await eventually(lambda: asyncio.sleep(0, asked.is_set()))
+        trimming = asyncio.ensure_future(store.trim_tool_results("s", keep_chars=100))
+        await eventually(lambda: _waiting(db, "lovia_messages"))  # on the rekey's rows
+        go.set()
+        assert await trimming == 1
+    finally:
+        go.set()
+        trimmed.set()
+    failed: StoredValueError | None = None
+    try:
+        assert await rekeying == 12
+    except StoredValueError as exc:
+        failed = exc
+    await assert_checked(db)
+    assert failed is None, failed
+    async with Database(url, **OPTIONS, encryption_keys=[KEY2]) as fresh:
+        assert await SQLSession(fresh).load("t") == kept
 
 
 @pytest.mark.parametrize("kind", KINDS)
