@@ -43,6 +43,20 @@ _TRIM_CANDIDATES = Prepared(
         (byte_length(m.entry_json) > bindparam("keep", type_=BigInteger)) | condensed(m.entry_json),
     )
 )
+# The rows a trim may rewrite (before the cutoff is known: a superset), locked before
+# anything is read. A rekey rewrites rows without the session's lock: this waits for
+# it, so the trim reads (and later releases) the documents it replaces, not former
+# ones, and on InnoDB its snapshot, taken at its first plain read, comes after.
+_LOCK_CANDIDATES = Prepared(
+    select(m.sequence)
+    .where(
+        m.tenant == TENANT,
+        m.session_id == SID,
+        m.entry_type == "tool_result",
+        (byte_length(m.entry_json) > bindparam("keep", type_=BigInteger)) | condensed(m.entry_json),
+    )
+    .with_for_update()
+)
 # An adopted zett envelope holds the untrimmed output: it goes too, or the
 # space would not be reclaimed.
 _TRIM = Prepared(
@@ -128,6 +142,8 @@ def trim_rows(
 ) -> int:
     """Trim inside the caller's transaction; returns how many outputs were shortened."""
     lock_session(conn, tenant, session_id)
+    if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+        _LOCK_CANDIDATES.execute(conn, {"tenant": tenant, "sid": session_id, "keep": keep_chars})
     cutoff = first_kept_sequence(conn, tenant, session_id, keep_runs)
     cut = NO_CUTOFF if cutoff is None else cutoff
     params = {"tenant": tenant, "sid": session_id, "cutoff": cut}

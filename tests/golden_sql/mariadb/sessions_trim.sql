@@ -7,6 +7,12 @@ FROM lovia_session_runs
 WHERE lovia_session_runs.tenant = :tenant AND lovia_session_runs.session_id = :sid AND lovia_session_runs.entry_count = :entry_count_1 ORDER BY lovia_session_runs.first_sequence DESC;
 -- values: entry_count_1=0
 
+-- lovia_store.sessions.trim:_LOCK_CANDIDATES (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.entry_type = :entry_type_1 AND (octet_length(lovia_messages.entry_json) > :keep OR (lovia_messages.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/') OR (lovia_messages.entry_json LIKE concat(:entry_json_2, '%') ESCAPE '/')) FOR UPDATE;
+-- values: entry_json_1='\x01r', entry_json_2='\x01z', entry_type_1='tool_result'
+
 -- lovia_store.sessions.trim:_TRIM (prepared)
 UPDATE lovia_messages SET entry_json=:doc, envelope_json=NULL, updated_at=:now WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence = :seq;
 

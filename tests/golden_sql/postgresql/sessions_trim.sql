@@ -7,6 +7,12 @@ FROM lovia_session_runs
 WHERE lovia_session_runs.tenant = :tenant::VARCHAR AND lovia_session_runs.session_id = :sid::VARCHAR AND lovia_session_runs.entry_count = :entry_count_1::BIGINT ORDER BY lovia_session_runs.first_sequence DESC;
 -- values: entry_count_1=0
 
+-- lovia_store.sessions.trim:_LOCK_CANDIDATES (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND lovia_messages.entry_type = :entry_type_1::VARCHAR AND (octet_length(lovia_messages.entry_json) > :keep::BIGINT OR (lovia_messages.entry_json LIKE :entry_json_1::VARCHAR || '%' ESCAPE '/') OR (lovia_messages.entry_json LIKE :entry_json_2::VARCHAR || '%' ESCAPE '/')) FOR UPDATE;
+-- values: entry_json_1='\x01r', entry_json_2='\x01z', entry_type_1='tool_result'
+
 -- lovia_store.sessions.trim:_TRIM (prepared)
 -- not run on postgresql (runs where: not one_statement_writes)
 
