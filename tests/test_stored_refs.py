@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, text, update
+from sqlalchemy import Connection, delete, text, update
 
 from helpers import call, eventually, result, say, user
 from lovia_store import (
@@ -28,7 +28,7 @@ from lovia_store import (
     SQLSessionStorage,
     TranscriptEntry,
 )
-from lovia_store.db.tables import sessions
+from lovia_store.db.tables import contents, sessions
 from lovia_store.db.types import utcnow
 from lovia_store.errors import StoredValueError, UserError
 from lovia_store.lifecycle import (
@@ -360,3 +360,24 @@ async def test_every_path_that_drops_or_replaces_documents_keeps_every_count(
         await step("delete", raw.delete_session("y"))
         await step("last runs", cp.delete("old-run"))
         assert await contents_of(db) == {}
+
+
+async def test_the_check_names_a_missing_value_and_how_many_references_name_it(
+    tmp_path: Path,
+) -> None:
+    """A value deleted by other means is named, with its references counted in words
+    that agree with their number."""
+    async with Database(tmp_path / "db.sqlite3", **OPTIONS) as db:
+        store = SQLSession(db)
+        await store.append("one", run_of("1", BIG), run_id="r1")
+        await store.append("two", run_of("2", OTHER), run_id="r1")
+        await store.append("two", run_of("3", OTHER), run_id="r2")
+
+        def forget(conn: Connection) -> None:
+            conn.execute(delete(contents))
+
+        await db.write(forget)
+        details = sorted(m.detail for m in await counter_mismatches(db))
+        assert [detail.split(", and ")[1] for detail in details] == sorted(
+            ["1 reference names it", "2 references name it"]
+        )
