@@ -89,7 +89,7 @@ def _mismatch(tenant: str, digest: str, says: int | None, holds: int) -> Counter
     if says is None:
         detail = (
             f"{value} is not stored (lovia_contents has no row), and "
-            f"{holds} reference{'' if holds == 1 else 's'} name it"
+            f"{holds} reference{' names' if holds == 1 else 's name'} it"
         )
     else:
         detail = f"{value}: refs says {says}, the documents hold {holds} reference" + (
