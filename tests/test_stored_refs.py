@@ -381,3 +381,80 @@ async def test_the_check_names_a_missing_value_and_how_many_references_name_it(
         assert [detail.split(", and ")[1] for detail in details] == sorted(
             ["1 reference names it", "2 references name it"]
         )
+
+
+EDITS = {
+    "rewind": lambda db: SQLSession(db).rewind("s", keep_entries=4),
+    "clear": lambda db: SQLSession(db).clear("s"),
+    "raw delete": lambda db: SQLSessionStorage(db).delete_session("s"),
+    "fork": lambda db: SQLSession(db).fork("s", "f", keep_entries=8),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_edits_that_meet_a_rekey_of_their_rows_keep_every_count(
+    kind: str, edit: str, tmp_path: Path
+) -> None:
+    """The other edits that release what they drop (or count what they copy) meet a
+    rekey as the trim above does: started while the rekey holds the session's rows
+    locked, not yet rewritten. Whatever they wait for (or a deadlock one of them is
+    rolled back for, and run again), every count is true after, and nothing anyone
+    names is deleted."""
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
+            earlier = SQLSession(before)
+            await earlier.append("s", run_of("1", HUGE), run_id="r1")
+            await earlier.append("s", run_of("2", OTHER), run_id="r2")
+            await earlier.append("t", run_of("t", HUGE), run_id="t1")
+            kept = await earlier.load("t")
+            copied = await earlier.load("s")
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            asked, go, edited = threading.Event(), threading.Event(), threading.Event()
+            rekeying = asyncio.ensure_future(
+                asyncio.to_thread(rekey_and_hold, url, asked, go, edited)
+            )
+            try:
+                await eventually(lambda: asyncio.sleep(0, asked.is_set()))
+                editing = asyncio.ensure_future(EDITS[edit](db))
+
+                async def stuck() -> bool:
+                    return editing.done() or await _waiting_any(db, "lovia_messages")
+
+                await eventually(stuck)
+                go.set()
+                await editing
+            finally:
+                go.set()
+                edited.set()
+            failed: StoredValueError | None = None
+            try:
+                await rekeying
+            except StoredValueError as exc:
+                failed = exc
+            await assert_checked(db)
+            assert failed is None, failed
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
+            assert await SQLSession(fresh).load("t") == kept
+            if edit == "fork":  # copied as stored: a copy of a row not yet rekeyed
+                assert await SQLSession(fresh).load("f") == copied
+
+
+async def _waiting_any(db: Database, table: str) -> bool:
+    """Whether a statement on ``table`` waits for a lock (any statement, on MariaDB)."""
+
+    def work(conn: Connection) -> int:
+        if conn.dialect.name == "postgresql":
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE :table"
+            )
+        else:
+            query = (
+                "SELECT count(*) FROM information_schema.processlist "
+                "WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' "
+                "AND info LIKE :table"
+            )
+        return int(conn.execute(text(query), {"table": f"%{table}%"}).scalar_one())
+
+    return await db.read(work) > 0
