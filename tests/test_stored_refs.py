@@ -32,6 +32,7 @@ from lovia_store.db.tables import contents, sessions
 from lovia_store.db.types import utcnow
 from lovia_store.errors import StoredValueError, UserError
 from lovia_store.lifecycle import (
+    DestinationConflictError,
     copy_database,
     counter_mismatches,
     export,
@@ -458,3 +459,46 @@ async def _waiting_any(db: Database, table: str) -> bool:
         return int(conn.execute(text(query), {"table": f"%{table}%"}).scalar_one())
 
     return await db.read(work) > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_writes_that_fail_midway_count_nothing(kind: str, tmp_path: Path) -> None:
+    """A write that fails after it counted (an import unit refused on a conflicting row,
+    keyed Raw Log appends racing on one key: the loser's row breaks the key's unique
+    index) leaves no count behind."""
+    async with (
+        database(kind, tmp_path, "db") as url,
+        Database(url, **OPTIONS) as one,
+        Database(url, **OPTIONS) as two,
+    ):
+        cp = SQLCheckpointer(one)
+        await SQLSession(one).append("s", run_of("1", BIG), run_id="r1")
+        await cp.append("run", [result("c", BIG)], head(1))
+        path = tmp_path / "export.jsonl"
+        await export(one, path)
+        await SQLSession(one).clear("s")
+        await cp.delete("run")
+        await SQLSession(one).append("other", run_of("o", OTHER), run_id="r1")
+        await cp.append("run", [result("c", OTHER)], head(2))  # differs: refused
+        before = await contents_of(one)
+        with pytest.raises(DestinationConflictError) as refused:
+            await import_file(one, path)
+        assert refused.value.kind == "run"  # after the session's rows were counted
+        assert await SQLSession(one).load("s") == []
+        assert await contents_of(one) == before
+        await assert_checked(one)
+
+        async def keyed(db: Database, n: int) -> int:
+            entry = result(f"c{n}", BIG)
+            return await SQLSessionStorage(db).append("z", "q", entry, idempotency_key="k")
+
+        for _ in range(5):
+            sequences = await asyncio.gather(
+                *(keyed(one if n % 2 else two, n) for n in range(4)), return_exceptions=True
+            )
+            assert all(isinstance(s, int) for s in sequences), sequences
+            assert len(set(sequences)) == 1, sequences
+            assert await SQLSessionStorage(one).count_messages("z") == 1
+            await assert_checked(one)
+            await SQLSessionStorage(two).delete_session("z")
+        assert await contents_of(one) == before
