@@ -14,9 +14,10 @@ import threading
 from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Connection, delete, text, update
+from sqlalchemy import Connection, delete, event, text, update
 
 from helpers import call, eventually, result, say, user
 from lovia_store import (
@@ -502,3 +503,60 @@ async def test_writes_that_fail_midway_count_nothing(kind: str, tmp_path: Path) 
             await assert_checked(one)
             await SQLSessionStorage(two).delete_session("z")
         assert await contents_of(one) == before
+
+
+def rekey_paused_before_rewriting(url: str, paused: threading.Event, go: threading.Event) -> int:
+    """Rotate KEY1 to KEY2 from another Database (its own loop and thread), pausing its
+    first batch of messages once it has counted the new forms and released the old ones
+    (their values' rows locked, one deleted), just before it rewrites the rows."""
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("UPDATE lovia_messages") and not paused.is_set():
+            paused.set()
+            assert go.wait(120), "never let go"
+
+    async def main() -> int:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            event.listen(db.sync_engine, "before_cursor_execute", before)
+            report = await rekey(db, batch_size=8)
+            return report.rewritten["lovia_messages"]
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
+    kind: str, tmp_path: Path
+) -> None:
+    """A fork copies its origin's rows as they are stored and counts once more the values
+    they name (``retain_references``, an UPDATE that never stores a value). Started
+    while a rekey has released the old forms' values but not yet rewritten the rows, it
+    must not copy documents naming a value the rekey deletes."""
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
+            earlier = SQLSession(before)
+            await earlier.append("s", run_of("1", HUGE), run_id="r1")
+            await earlier.append("s", run_of("2", OTHER), run_id="r2")
+            await earlier.append("t", run_of("t", HUGE), run_id="t1")
+            copied = await earlier.load("s")
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            paused, go = threading.Event(), threading.Event()
+            rekeying = asyncio.ensure_future(
+                asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go)
+            )
+            try:
+                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+                forking = asyncio.ensure_future(SQLSession(db).fork("s", "f", keep_entries=8))
+
+                async def stuck() -> bool:
+                    return forking.done() or await _waiting_any(db, "lovia_")
+
+                await eventually(stuck)
+                go.set()
+                assert await forking == 8
+            finally:
+                go.set()
+            assert await rekeying == 12
+            await assert_checked(db)
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
+            assert await SQLSession(fresh).load("f") == copied
