@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..db.contents import read_documents, retain_references
+from ..db.contents import has_references, read_documents, retain_references
 from ..db.dialect import insert_ignore
 from ..db.prepared import Prepared
 from ..db.tables import messages, session_runs, sessions, snapshots
@@ -64,6 +64,16 @@ _ORIGIN = select(
     s.parent_session_id, s.session_type, s.title, s.agent_name, s.message_count, s.run_count
 ).where(s.tenant == _TENANT, s.session_id == _SID)
 _ORIGIN_LOCKED = _ORIGIN.with_for_update()
+# The origin's rows that name shared values, share-locked before they are copied. A
+# rekey rewrites rows (and releases their former values) without the session's lock:
+# this waits for it, so the copy (a later statement) copies the rows it left, whose
+# values are stored. PostgreSQL's INSERT ... SELECT alone reads its snapshot: it
+# copied former documents naming values the rekey had just deleted.
+_ORIGIN_SHARING = Prepared(
+    select(m.sequence)
+    .where(m.tenant == _TENANT, m.session_id == _SID, has_references(m.entry_json))
+    .with_for_update(read=True)
+)
 _MULTIPLE_DOCUMENTS = Prepared(
     select(m.entry_json).where(
         m.tenant == _TENANT, m.session_id == _SID, m.entry_type == MULTIPLE_ENTRIES
@@ -174,6 +184,8 @@ def fork_rows(
     origin = conn.execute(locked, {"tenant": tenant, "sid": session_id}).first()
     if origin is None:
         raise unknown_session(session_id)
+    if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+        _ORIGIN_SHARING.execute(conn, {"tenant": tenant, "sid": session_id})
     total = count_entries(conn, tenant, session_id, int(origin.message_count))
     if keep_entries > total:
         raise UserError(

@@ -71,6 +71,12 @@ SELECT lovia_sessions.parent_session_id, lovia_sessions.session_type, lovia_sess
 FROM lovia_sessions
 WHERE lovia_sessions.tenant = :tenant AND lovia_sessions.session_id = :sid FOR UPDATE;
 
+-- lovia_store.sessions.fork:_ORIGIN_SHARING (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND (lovia_messages.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/') LOCK IN SHARE MODE;
+-- values: entry_json_1='\x01r'
+
 -- lovia_store.sessions.fork:_RENUMBER (prepared)
 UPDATE lovia_messages SET sequence=:to WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :new AND lovia_messages.sequence = :seq;
 

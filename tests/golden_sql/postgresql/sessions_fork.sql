@@ -71,6 +71,12 @@ SELECT lovia_sessions.parent_session_id, lovia_sessions.session_type, lovia_sess
 FROM lovia_sessions
 WHERE lovia_sessions.tenant = :tenant::VARCHAR AND lovia_sessions.session_id = :sid::VARCHAR FOR UPDATE;
 
+-- lovia_store.sessions.fork:_ORIGIN_SHARING (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :sid::VARCHAR AND (lovia_messages.entry_json LIKE :entry_json_1::VARCHAR || '%' ESCAPE '/') FOR SHARE;
+-- values: entry_json_1='\x01r'
+
 -- lovia_store.sessions.fork:_RENUMBER (prepared)
 UPDATE lovia_messages SET sequence=:to::BIGINT WHERE lovia_messages.tenant = :tenant::VARCHAR AND lovia_messages.session_id = :new::VARCHAR AND lovia_messages.sequence = :seq::BIGINT;
 
