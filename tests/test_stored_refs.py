@@ -560,3 +560,52 @@ async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
             await assert_checked(db)
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
             assert await SQLSession(fresh).load("f") == copied
+
+
+PAUSED_EDITS = {
+    "trim": lambda db: SQLSession(db).trim_tool_results("s", keep_chars=100),
+    **EDITS,
+}
+
+
+@pytest.mark.parametrize("edit", PAUSED_EDITS)
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_edits_that_meet_a_rekey_between_its_release_and_its_rewrite(
+    kind: str, edit: str, tmp_path: Path
+) -> None:
+    """Each edit of a session started while a rekey has released the old forms' values
+    of its rows (one deleted) and not yet rewritten them: every count is true after, the
+    rekey ends, and what another session names is still stored."""
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
+            earlier = SQLSession(before)
+            await earlier.append("s", run_of("1", HUGE), run_id="r1")
+            await earlier.append("s", run_of("2", OTHER), run_id="r2")
+            await earlier.append("t", run_of("t", HUGE), run_id="t1")
+            kept = await earlier.load("t")
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+            paused, go = threading.Event(), threading.Event()
+            rekeying = asyncio.ensure_future(
+                asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go)
+            )
+            try:
+                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+                editing = asyncio.ensure_future(PAUSED_EDITS[edit](db))
+
+                async def stuck() -> bool:
+                    return editing.done() or await _waiting_any(db, "lovia_")
+
+                await eventually(stuck)
+                go.set()
+                await editing
+            finally:
+                go.set()
+            failed: StoredValueError | None = None
+            try:
+                await rekeying
+            except StoredValueError as exc:
+                failed = exc
+            await assert_checked(db)
+            assert failed is None, failed
+        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
+            assert await SQLSession(fresh).load("t") == kept
