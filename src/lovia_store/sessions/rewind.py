@@ -110,7 +110,7 @@ def rewind_rows(
     key = {"tenant": tenant, "sid": session_id}
     # The session's row first, as a fork and an append take it: one waits for the
     # other instead of each holding rows the other needs (a deadlock on InnoDB).
-    lock_session(conn, tenant, session_id)
+    lock_session(conn, tenant, session_id, rows=True)
     plan = entry_cut(conn, tenant, session_id, keep_entries)
     keep_rows = keep_entries if plan is None else plan.keep_rows
     changed: list[int] = []  # sequences of multi-entry rows shortened
@@ -186,7 +186,7 @@ def rewind_rows(
 def delete_session_rows(conn: Connection, tenant: str, session_id: str) -> bool:
     """Delete a session of ``tenant`` and everything it owns, releasing the shared
     values its entries name; True when it existed."""
-    lock_session(conn, tenant, session_id)
+    lock_session(conn, tenant, session_id, rows=True)
     release_rows(conn, tenant, session_id)
     for table in (messages, session_runs, snapshots):
         conn.execute(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "condensed",
+    "lock_rows",
     "lock_session",
     "one_statement_documents",
     "referring",
@@ -113,8 +114,25 @@ _SESSION_LOCKED = (
 )
 
 
-def lock_session(conn: Connection, tenant: str, session_id: str) -> None:
-    """Take the session's row, as an append takes it, before changing its rows.
+_ROWS_LOCKED = Prepared(
+    select(m.sequence).where(m.tenant == _TENANT, m.session_id == _SID).with_for_update()
+)
+
+
+def lock_rows(conn: Connection, tenant: str, session_id: str) -> None:
+    """Take every message row of the session, after its session's row and before
+    anything is read, in an edit that releases what it deletes or rewrites (rewind,
+    clear, delete). A rekey rewrites rows without the session's lock, releasing their
+    former values: this waits for it, so the rows read and released are the rows
+    deleted (PostgreSQL's next statements see them; InnoDB's snapshot is taken at the
+    first plain read, after this). SQLite's writer holds the whole file already."""
+    if conn.dialect.name != "sqlite":
+        _ROWS_LOCKED.execute(conn, {"tenant": tenant, "sid": session_id})
+
+
+def lock_session(conn: Connection, tenant: str, session_id: str, *, rows: bool = False) -> None:
+    """Take the session's row, as an append takes it, before changing its rows
+    (and with ``rows``, then its message rows: ``lock_rows``).
 
     Appends, rewinds, trims, clears and forks of one session then run one after
     the other: what an edit selects to release is what it deletes or rewrites
@@ -124,6 +142,8 @@ def lock_session(conn: Connection, tenant: str, session_id: str) -> None:
     the whole file already."""
     if conn.dialect.name != "sqlite":
         conn.execute(_SESSION_LOCKED, {"tenant": tenant, "sid": session_id})
+        if rows:
+            lock_rows(conn, tenant, session_id)
 
 
 _REFERRING = Prepared(

@@ -7,6 +7,11 @@ FROM lovia_messages
 WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid AND lovia_messages.sequence >= :low AND lovia_messages.sequence <= :high AND (lovia_messages.entry_json LIKE concat(:entry_json_1, '%') ESCAPE '/');
 -- values: entry_json_1='\x01r'
 
+-- lovia_store.sessions.stored:_ROWS_LOCKED (prepared)
+SELECT lovia_messages.sequence
+FROM lovia_messages
+WHERE lovia_messages.tenant = :tenant AND lovia_messages.session_id = :sid FOR UPDATE;
+
 -- lovia_store.sessions.stored:_SESSION_LOCKED
 SELECT lovia_sessions.session_id
 FROM lovia_sessions

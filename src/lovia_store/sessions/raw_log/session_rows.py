@@ -22,6 +22,7 @@ from ...db.database import Database
 from ...db.dialect import insert_ignore
 from ...db.tables import messages, session_runs, sessions, snapshots
 from ...db.types import utcnow
+from ..stored import lock_rows
 from .records import SUMMARY_COLUMNS
 from .stored import release_session
 
@@ -109,6 +110,7 @@ async def delete(database: Database, tenant: str, session_id: str) -> bool:
         key = {"tenant": tenant, "sid": session_id}
         if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
             conn.execute(_LOCKED, key)
+            lock_rows(conn, tenant, session_id)  # and its rows: a rekey takes no session
         release_session(conn, tenant, session_id)
         for statement in (_DELETE_MESSAGES, _DELETE_RUNS, _DELETE_SNAPSHOTS):
             conn.execute(statement, key)
