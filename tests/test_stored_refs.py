@@ -562,8 +562,20 @@ async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
             assert await SQLSession(fresh).load("f") == copied
 
 
+async def _prune_s(db: Database) -> None:
+    idle = utcnow() - timedelta(days=30)
+    await db.write(
+        lambda conn: conn.execute(
+            update(sessions).where(sessions.c.session_id == "s").values(updated_at=idle)
+        )
+    )
+    report = await prune(db, older_than=timedelta(days=7))
+    assert report.sessions == ["s"]
+
+
 PAUSED_EDITS = {
     "trim": lambda db: SQLSession(db).trim_tool_results("s", keep_chars=100),
+    "prune": _prune_s,
     **EDITS,
 }
 
