@@ -505,7 +505,9 @@ async def test_writes_that_fail_midway_count_nothing(kind: str, tmp_path: Path) 
         assert await contents_of(one) == before
 
 
-def rekey_paused_before_rewriting(url: str, paused: threading.Event, go: threading.Event) -> int:
+def rekey_paused_before_rewriting(
+    url: str, paused: threading.Event, go: threading.Event, keys: bool = True
+) -> int:
     """Rotate KEY1 to KEY2 from another Database (its own loop and thread), pausing its
     first batch of messages once it has counted the new forms and released the old ones
     (their values' rows locked, one deleted), just before it rewrites the rows."""
@@ -516,7 +518,8 @@ def rekey_paused_before_rewriting(url: str, paused: threading.Event, go: threadi
             assert go.wait(120), "never let go"
 
     async def main() -> int:
-        async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
+        sealed = {"encryption_keys": [KEY2, KEY1]} if keys else {}
+        async with Database(url, **OPTIONS, **sealed) as db:
             event.listen(db.sync_engine, "before_cursor_execute", before)
             report = await rekey(db, batch_size=8)
             return report.rewritten["lovia_messages"]
@@ -621,3 +624,40 @@ async def test_edits_that_meet_a_rekey_between_its_release_and_its_rewrite(
             assert failed is None, failed
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
             assert await SQLSession(fresh).load("t") == kept
+
+
+@pytest.mark.parametrize("edit", PAUSED_EDITS)
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_edits_that_meet_a_rekey_that_compresses_their_rows(
+    kind: str, edit: str, tmp_path: Path
+) -> None:
+    """As above, the rekey compressing documents written plain (compression off): the
+    rows it rewrites name shared values only once rewritten, so an edit that finds the
+    rows to release by their stored form must wait for the rewrite all the same."""
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, compression=False) as before:
+            earlier = SQLSession(before)
+            await earlier.append("s", run_of("1", HUGE), run_id="r1")
+            await earlier.append("s", run_of("2", OTHER), run_id="r2")
+            await earlier.append("t", run_of("t", HUGE), run_id="t1")
+            kept = await earlier.load("t")
+        async with Database(url, **OPTIONS) as db:
+            paused, go = threading.Event(), threading.Event()
+            rekeying = asyncio.ensure_future(
+                asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go, False)
+            )
+            try:
+                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+                editing = asyncio.ensure_future(PAUSED_EDITS[edit](db))
+
+                async def stuck() -> bool:
+                    return editing.done() or await _waiting_any(db, "lovia_")
+
+                await eventually(stuck)
+                go.set()
+                await editing
+            finally:
+                go.set()
+            await rekeying
+            await assert_checked(db)
+            assert await SQLSession(db).load("t") == kept
