@@ -127,10 +127,13 @@ def referencing(
     takes, in the transaction that deletes the rows (after deleting them: the shared
     values are the last rows a transaction locks).
 
-    A locking read: it sees the rows the delete will delete. A plain read would see
-    the transaction's snapshot (InnoDB's repeatable read takes it at the first plain
-    read, which may come before the caller's locks were granted), where rows a
-    writer changed meanwhile (a trim, a rekey) still hold their former documents."""
+    Every selected row is locked first, then the documents are read with a locking
+    read: they are the rows the delete will delete. A plain read would see the
+    transaction's snapshot (InnoDB's repeatable read takes it at the first plain read,
+    which may come before the caller's locks were granted), where rows a writer
+    changed meanwhile (a trim, a rekey) still hold their former documents; and the
+    filter alone would skip, without waiting, a row a rekey is rewriting into a form
+    that names shared values (PostgreSQL tests it on the version its snapshot holds)."""
     columns = [table.c[name] for name in SHAREABLE.get(table.name, ())]
     if not columns:
         return []
@@ -138,5 +141,7 @@ def referencing(
         table.c.tenant == tenant, *where, or_(*(has_references(c) for c in columns))
     )
     if conn.dialect.name != "sqlite":  # SQLite's writer holds the whole file already
+        key = list(table.primary_key.columns)
+        conn.execute(select(*key).where(table.c.tenant == tenant, *where).with_for_update())
         query = query.with_for_update()
     return [text for row in conn.execute(query).all() for text in row if text is not None]
