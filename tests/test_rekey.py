@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -28,7 +29,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from lovia_store import Database
+from lovia_store import Database, InputEntry, SQLSession, ToolCallEntry, ToolResultEntry
 from lovia_store.db.documents import MARK, DocumentCodec
 from lovia_store.db.encryption import EncryptionKey
 from lovia_store.db.schema import alembic_config
@@ -113,6 +114,50 @@ async def test_keys_rotate_and_the_old_key_can_go(kind: str, tmp_path: Path) -> 
             with pytest.raises(EncryptionKeyError) as raised:
                 await decoded_rows(db)
             assert raised.value.key_id == ID2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_fork_made_during_a_rotation_is_rekeyed_too(kind: str, tmp_path: Path) -> None:
+    """A fork copies stored text as it is: one made mid-walk, of rows not rewritten yet
+    to a place already walked, is found by the walk that follows, and the old key can
+    still go."""
+    output = "".join(f"{i:04d} a file read by a tool, line after line\n" for i in range(40))
+    runs = {
+        sid: [
+            InputEntry(role="user", content=f"read it ({sid})"),
+            ToolCallEntry(call_id=f"c-{sid}", name="read", arguments="{}"),
+            ToolResultEntry(call_id=f"c-{sid}", output=output),
+        ]
+        for sid in ("c", "m")
+    }
+    async with database(kind, tmp_path, "db") as url:
+        async with Database(url, **FORMS["encrypted"]) as db:
+            for sid, entries in runs.items():
+                await SQLSession(db).append(sid, entries)
+        forked: list[int] = []
+
+        def fork_into_the_walked_part() -> None:
+            async def fork() -> None:
+                async with Database(url, **ROTATING) as other:
+                    forked.append(await SQLSession(other).fork("m", "d", keep_entries=3))
+
+            # From another Database and thread, between two of the rekey's batches.
+            with concurrent.futures.ThreadPoolExecutor(1) as thread:
+                thread.submit(asyncio.run, fork()).result()
+
+        def progress(task: str, done: int, total: int) -> None:
+            if task == "lovia_messages" and done == 4 and not forked:  # "c" done, in "m"
+                fork_into_the_walked_part()
+
+        async with Database(url, **ROTATING) as db:
+            report = await rekey(db, batch_size=1, progress=progress)
+            assert forked == [3]
+            assert report.rewritten["lovia_messages"] == 6 + 2  # the fork's old rows too
+            assert await key_ids(db) == {ID2} and await value_key_ids(db) == {ID2}
+            await assert_counts_true(db)
+        async with Database(url, **FORMS["encrypted2"]) as db:  # the old key removed
+            for sid, entries in (*runs.items(), ("d", runs["m"])):
+                assert await SQLSession(db).load(sid) == entries
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -395,25 +395,37 @@ async def rekey(
         for task in _TASKS:
             if totals[task]:
                 say(task)
-        for walk in walks:
-            task = walk.table.name if isinstance(walk, _Walk) else VALUES
-            while True:
-                read, written, last = await db.write(walk.batch)
-                if not read:
-                    break
-                walk.last = last
-                report.batches += 1
-                report.rewritten[task] += written
-                done[task] += read if isinstance(walk, _Walk) else written
-                say(task)
-                if read < batch_size:
-                    break
+        for _ in range(_PASSES):
+            wrote = 0
+            for walk in walks:
+                task = walk.table.name if isinstance(walk, _Walk) else VALUES
+                walk.last = None
+                while True:
+                    read, written, last = await db.write(walk.batch)
+                    if not read:
+                        break
+                    walk.last = last
+                    wrote += written
+                    report.batches += 1
+                    report.rewritten[task] += written
+                    done[task] += read if isinstance(walk, _Walk) else written
+                    say(task)
+                    if read < batch_size:
+                        break
+            if not wrote:  # nothing was left behind
+                break
         if vacuum:
             from .prune_sql import reclaim_space
 
             report.vacuum = await reclaim_space(db, full=True)
     report.seconds = time.monotonic() - started
     return report
+
+
+_PASSES = 3
+"""Walks at most: a walk that wrote something is followed by another, which finds what a
+fork copied meanwhile from rows not yet rewritten to a place already walked (it copies
+stored text as it is)."""
 
 
 async def _totals(db: Database, walks: list[_Walk | _Values]) -> Counter[str]:
