@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -599,27 +599,7 @@ async def test_edits_that_meet_a_rekey_between_its_release_and_its_rewrite(
             await earlier.append("t", run_of("t", HUGE), run_id="t1")
             kept = await earlier.load("t")
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
-            paused, go = threading.Event(), threading.Event()
-            rekeying = asyncio.ensure_future(
-                asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go)
-            )
-            try:
-                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
-                editing = asyncio.ensure_future(PAUSED_EDITS[edit](db))
-
-                async def stuck() -> bool:
-                    return editing.done() or await _waiting_any(db, "lovia_")
-
-                await eventually(stuck)
-                go.set()
-                await editing
-            finally:
-                go.set()
-            failed: StoredValueError | None = None
-            try:
-                await rekeying
-            except StoredValueError as exc:
-                failed = exc
+            failed = await _edit_meeting_a_paused_rekey(db, url, PAUSED_EDITS[edit])
             await assert_checked(db)
             assert failed is None, failed
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as fresh:
@@ -642,22 +622,37 @@ async def test_edits_that_meet_a_rekey_that_compresses_their_rows(
             await earlier.append("t", run_of("t", HUGE), run_id="t1")
             kept = await earlier.load("t")
         async with Database(url, **OPTIONS) as db:
-            paused, go = threading.Event(), threading.Event()
-            rekeying = asyncio.ensure_future(
-                asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go, False)
-            )
-            try:
-                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
-                editing = asyncio.ensure_future(PAUSED_EDITS[edit](db))
-
-                async def stuck() -> bool:
-                    return editing.done() or await _waiting_any(db, "lovia_")
-
-                await eventually(stuck)
-                go.set()
-                await editing
-            finally:
-                go.set()
-            await rekeying
+            failed = await _edit_meeting_a_paused_rekey(db, url, PAUSED_EDITS[edit], False)
+            assert failed is None, failed
             await assert_checked(db)
             assert await SQLSession(db).load("t") == kept
+
+
+async def _edit_meeting_a_paused_rekey(
+    db: Database, url: str, edit: Callable[[Database], Awaitable[Any]], *rekeying: Any
+) -> StoredValueError | None:
+    """``edit`` run on ``db`` while a rekey (``rekey_paused_before_rewriting``, with
+    ``rekeying`` as its further arguments) has released its rows' former values and not
+    yet rewritten them, the rekey let go once the edit waits (or ended); the rekey's
+    ``StoredValueError``, if it met one."""
+    paused, go = threading.Event(), threading.Event()
+    running = asyncio.ensure_future(
+        asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go, *rekeying)
+    )
+    try:
+        await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+        editing = asyncio.ensure_future(edit(db))
+
+        async def stuck() -> bool:
+            return editing.done() or await _waiting_any(db, "lovia_")
+
+        await eventually(stuck)
+        go.set()
+        await editing
+    finally:
+        go.set()
+    try:
+        await running
+    except StoredValueError as exc:
+        return exc
+    return None
