@@ -66,12 +66,13 @@ async def assert_checked(db: Database) -> None:
     assert await contents_of(db) == await counted_references(db)
 
 
-async def lock_waits(db: Database, table: str) -> int:
+async def lock_waits(db: Database, table: str, *, any_statement: bool = False) -> int:
     """How many statements on ``table`` of this test's database wait for a row lock.
 
     On MariaDB a transaction that waits for its first lock may be missing from
     ``innodb_trx``: a locking statement on ``table`` that is running is counted (it
-    returns at once unless it waits, and the tests poll while the lock is held)."""
+    returns at once unless it waits, and the tests poll while the lock is held), or
+    with ``any_statement`` any running statement on it (a DELETE, an INSERT ... SELECT)."""
 
     def work(conn: Connection) -> int:
         if conn.dialect.name == "postgresql":
@@ -83,8 +84,10 @@ async def lock_waits(db: Database, table: str) -> int:
             query = (
                 "SELECT count(*) FROM information_schema.processlist "
                 "WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' "
-                "AND (info LIKE 'UPDATE %' OR info LIKE '%FOR UPDATE') AND info LIKE :table"
+                "AND info LIKE :table"
             )
+            if not any_statement:
+                query += " AND (info LIKE 'UPDATE %' OR info LIKE '%FOR UPDATE')"
         return int(conn.execute(text(query), {"table": f"%{table}%"}).scalar_one())
 
     return await db.read(work)
@@ -151,8 +154,8 @@ async def test_a_prune_that_waited_for_a_trim_releases_the_trimmed_rows(
             assert await SQLSession(fresh).load("kept") == kept
 
 
-async def _waiting(db: Database, table: str) -> bool:
-    return await lock_waits(db, table) > 0
+async def _waiting(db: Database, table: str, *, any_statement: bool = False) -> bool:
+    return await lock_waits(db, table, any_statement=any_statement) > 0
 
 
 def rekey_and_hold(
@@ -421,7 +424,9 @@ async def test_edits_that_meet_a_rekey_of_their_rows_keep_every_count(
                 editing = asyncio.ensure_future(EDITS[edit](db))
 
                 async def stuck() -> bool:
-                    return editing.done() or await _waiting_any(db, "lovia_messages")
+                    if editing.done():
+                        return True
+                    return await _waiting(db, "lovia_messages", any_statement=True)
 
                 await eventually(stuck)
                 go.set()
@@ -440,26 +445,6 @@ async def test_edits_that_meet_a_rekey_of_their_rows_keep_every_count(
             assert await SQLSession(fresh).load("t") == kept
             if edit == "fork":  # copied as stored: a copy of a row not yet rekeyed
                 assert await SQLSession(fresh).load("f") == copied
-
-
-async def _waiting_any(db: Database, table: str) -> bool:
-    """Whether a statement on ``table`` waits for a lock (any statement, on MariaDB)."""
-
-    def work(conn: Connection) -> int:
-        if conn.dialect.name == "postgresql":
-            query = (
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE :table"
-            )
-        else:
-            query = (
-                "SELECT count(*) FROM information_schema.processlist "
-                "WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' "
-                "AND info LIKE :table"
-            )
-        return int(conn.execute(text(query), {"table": f"%{table}%"}).scalar_one())
-
-    return await db.read(work) > 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -552,7 +537,7 @@ async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
                 forking = asyncio.ensure_future(SQLSession(db).fork("s", "f", keep_entries=8))
 
                 async def stuck() -> bool:
-                    return forking.done() or await _waiting_any(db, "lovia_")
+                    return forking.done() or await _waiting(db, "lovia_", any_statement=True)
 
                 await eventually(stuck)
                 go.set()
@@ -644,7 +629,7 @@ async def _edit_meeting_a_paused_rekey(
         editing = asyncio.ensure_future(edit(db))
 
         async def stuck() -> bool:
-            return editing.done() or await _waiting_any(db, "lovia_")
+            return editing.done() or await _waiting(db, "lovia_", any_statement=True)
 
         await eventually(stuck)
         go.set()
