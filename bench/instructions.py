@@ -276,9 +276,11 @@ def count(
     codec: str | None = None,
     threshold: int | None = None,
     data: Path | None = None,
+    smoke: bool = False,
 ) -> int:
     """Instructions of ``ops`` operations, the lovia_store in ``src`` doing them, its
-    Databases opened with bench.storage's configuration ``codec`` (None: defaults)."""
+    Databases opened with bench.storage's configuration ``codec`` (None: defaults).
+    ``smoke``: the child runs without valgrind and nothing is counted (0)."""
     with tempfile.TemporaryDirectory(prefix="lovia-bench-callgrind-") as out:
         env = os.environ | {
             "PYTHONPATH": f"{src}{os.pathsep}{ROOT}",
@@ -291,11 +293,14 @@ def count(
             env["LOVIA_BENCH_CODEC_OPTIONS"] = json.dumps(codec_options(codec, threshold))
         if data is not None:
             env["LOVIA_BENCH_AGENT_DATA"] = str(data)
-        command = [
+        counting = [
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={out}/callgrind.out",
+        ]
+        command = [
+            *([] if smoke else counting),
             sys.executable,
             "-m",
             "bench.instructions",
@@ -308,6 +313,8 @@ def count(
         done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"{work} on {backend} failed:\n{done.stderr[-3000:]}")
+        if smoke:
+            return 0
         for dump in Path(out).iterdir():
             text = dump.read_text(errors="replace")
             if "Trigger: Client Request: counted" in text:
@@ -377,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec", choices=("plain", "compressed", "encrypted"))
     parser.add_argument("--pg", default=os.environ.get("LOVIA_BENCH_PG", DEFAULT_PG))
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run every cell's child without valgrind, counting nothing (CI: no cell rots)",
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -414,16 +426,27 @@ def main(argv: list[str] | None = None) -> int:
                     for side, src in sides.items():
                         print(f"bench.instructions: {work} {backend} {side}", file=sys.stderr)
                         url = urls.get(side, "")
-                        row[side] = (
-                            count(src, work, ops, backend, url, helper, codec=args.codec, data=data)
-                            // ops
+                        counted = count(
+                            src,
+                            work,
+                            ops,
+                            backend,
+                            url,
+                            helper,
+                            codec=args.codec,
+                            data=data,
+                            smoke=args.smoke,
                         )
+                        row[side] = counted // ops
                     rows.append(row)
         finally:
             for url in urls.values():
                 from sqlalchemy.engine import make_url
 
                 asyncio.run(_pg_database(args.pg, False, str(make_url(url).database)))
+    if args.smoke:
+        print(f"bench.instructions: {len(rows)} cell(s) ran without valgrind (nothing counted)")
+        return 0
     command = "python -m bench.instructions " + " ".join(sys.argv[1:] if argv is None else argv)
     report = render(rows, args.baseline, command.strip())
     print(report)
