@@ -117,11 +117,17 @@ async def assert_stored_once(url: str, node_ids: list[int], writers: int, rounds
 
 
 async def test_writers_on_every_node_see_no_error_and_lose_nothing(cluster: list[str]) -> None:
+    """Twelve writers on three nodes, on the same rows: certification conflicts are
+    retried through. ``busy_timeout`` bounds a hang only: with the default 5 s, a loaded
+    two-core CI machine once ran out of it (StoreBusyError, nothing written)."""
     await upgrade(cluster[0])
     errors: list[BaseException] = []
     writers, rounds = 4, 12
     await asyncio.gather(
-        *(write_from(url, n, writers, rounds, errors) for n, url in enumerate(cluster))
+        *(
+            write_from(url, n, writers, rounds, errors, busy_timeout=120)
+            for n, url in enumerate(cluster)
+        )
     )
     assert errors == []
     await assert_stored_once(cluster[1], list(range(len(cluster))), writers, rounds)
