@@ -116,6 +116,40 @@ def sqlite_schema(path: Path) -> dict[str, Any]:
         conn.close()
 
 
+def compiled_sqlite_schema() -> str:
+    """``sqlite_schema.sql`` as the tables compile now: each table's CREATE TABLE, then its
+    indexes by name, tables in dependency order."""
+    from sqlalchemy.dialects.sqlite import pysqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = pysqlite.dialect()
+    statements = []
+    for table in metadata.sorted_tables:
+        statements.append(CreateTable(table))
+        statements += [CreateIndex(i) for i in sorted(table.indexes, key=lambda i: str(i.name))]
+    body = "".join(f"{str(s.compile(dialect=dialect)).strip()};\n\n" for s in statements)
+    return SQLITE_HEADER + "".join(f"{line.rstrip()}\n" for line in body.splitlines())
+
+
+SQLITE_HEADER = """\
+-- lovia_store.db.tables' CREATE statements compiled for SQLite: what a new file gets in
+-- one step (lovia_store.db.schema._create_current), compiled ahead. Do not edit: written
+-- by `python tests/test_schema_drift.py --update`, which tests/test_schema_drift.py runs.
+
+"""
+
+
+def test_the_sqlite_schema_file_is_the_tables_compiled() -> None:
+    from lovia_store.db.schema import SQLITE_SCHEMA, sqlite_statements
+
+    assert SQLITE_SCHEMA.read_text(encoding="utf-8") == compiled_sqlite_schema(), (
+        "the tables changed: python tests/test_schema_drift.py --update"
+    )
+    assert len(sqlite_statements()) == len(metadata.sorted_tables) + sum(
+        len(t.indexes) for t in metadata.sorted_tables
+    )
+
+
 async def test_a_new_file_made_in_one_step_equals_one_the_revisions_built(tmp_path: Path) -> None:
     """A new SQLite file gets the current schema in one step (``_create_current``); the
     revisions, run one by one, build exactly the same tables."""
@@ -136,3 +170,14 @@ async def test_a_new_file_made_in_one_step_equals_one_the_revisions_built(tmp_pa
     finally:
         engine.dispose()
     assert sqlite_schema(one_step) == sqlite_schema(by_revisions)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from lovia_store.db.schema import SQLITE_SCHEMA
+
+    if sys.argv[1:] != ["--update"]:
+        raise SystemExit("usage: python tests/test_schema_drift.py --update")
+    SQLITE_SCHEMA.write_text(compiled_sqlite_schema(), encoding="utf-8")
+    print(f"wrote {SQLITE_SCHEMA}")
