@@ -138,7 +138,7 @@ async def test_a_prune_that_waited_for_a_trim_releases_the_trimmed_rows(
         trimmed, go = threading.Event(), threading.Event()
         trimming = asyncio.ensure_future(asyncio.to_thread(trim_and_hold, url, trimmed, go))
         try:
-            await eventually(lambda: asyncio.sleep(0, trimmed.is_set()))
+            assert await asyncio.to_thread(trimmed.wait, 120)
             pruning = asyncio.ensure_future(prune(db, older_than=timedelta(days=7)))
             if kind != "sqlite":  # the prune waits for the trim's lock on the session
                 await eventually(lambda: _waiting(db, "lovia_sessions"))
@@ -217,7 +217,7 @@ async def _trim_during_rekey(url: str, db: Database, kept: list[TranscriptEntry]
     asked, go, trimmed = threading.Event(), threading.Event(), threading.Event()
     rekeying = asyncio.ensure_future(asyncio.to_thread(rekey_and_hold, url, asked, go, trimmed))
     try:
-        await eventually(lambda: asyncio.sleep(0, asked.is_set()))
+        assert await asyncio.to_thread(asked.wait, 120)
         trimming = asyncio.ensure_future(store.trim_tool_results("s", keep_chars=100))
         await eventually(lambda: _waiting(db, "lovia_messages"))  # on the rekey's rows
         go.set()
@@ -420,7 +420,7 @@ async def test_edits_that_meet_a_rekey_of_their_rows_keep_every_count(
                 asyncio.to_thread(rekey_and_hold, url, asked, go, edited)
             )
             try:
-                await eventually(lambda: asyncio.sleep(0, asked.is_set()))
+                assert await asyncio.to_thread(asked.wait, 120)
                 editing = asyncio.ensure_future(EDITS[edit](db))
 
                 async def stuck() -> bool:
@@ -533,7 +533,7 @@ async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
                 asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go)
             )
             try:
-                await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+                assert await asyncio.to_thread(paused.wait, 120)
                 forking = asyncio.ensure_future(SQLSession(db).fork("s", "f", keep_entries=8))
 
                 async def stuck() -> bool:
@@ -625,7 +625,7 @@ async def _edit_meeting_a_paused_rekey(
         asyncio.to_thread(rekey_paused_before_rewriting, url, paused, go, *rekeying)
     )
     try:
-        await eventually(lambda: asyncio.sleep(0, paused.is_set()))
+        assert await asyncio.to_thread(paused.wait, 120)
         editing = asyncio.ensure_future(edit(db))
 
         async def stuck() -> bool:
