@@ -151,8 +151,10 @@ class _Form:
         row keeps (neither refers to a shared value)."""
         if after == before:
             return True
+        if self.key_id is None:
+            return False
         whole = f"{MARK}e{_SEP}{self.key_id}{_SEP}"
-        return self.key_id is not None and before.startswith(whole) and after.startswith(whole)
+        return before.startswith(whole) and after.startswith(whole)
 
     def value_current(self, head: bytes) -> bool:
         """Whether a shared value (its first bytes) is sealed as it would be now."""
