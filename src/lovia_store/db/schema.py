@@ -206,14 +206,11 @@ def _pending(current: str | None, target: str) -> set[str]:
 
 def _create_current(conn: Connection) -> None:
     """The current schema in one step, as the revisions leave it (tests/test_schema_drift.py
-    compares the two): what a new SQLite file gets instead of every revision run in turn.
-    On SQLite from ``sqlite_schema.sql``, the tables' CREATE statements compiled ahead
-    (compiling them costs a first write about 4 ms)."""
-    if conn.dialect.name == "sqlite":
-        for statement in sqlite_statements():
-            conn.exec_driver_sql(statement)
-    else:
-        metadata.create_all(conn, checkfirst=False)
+    compares the two): what a new SQLite file gets instead of every revision run in turn
+    (``_is_new``). The tables come from ``sqlite_schema.sql``, their CREATE statements
+    compiled ahead: compiling them cost a first write about 4 ms."""
+    for statement in sqlite_statements():
+        conn.exec_driver_sql(statement)
     rows = [{"store": store, "version": version} for store, version in KNOWN_VERSIONS.items()]
     conn.execute(insert(schema_versions), rows)
     stamp = version_table()
