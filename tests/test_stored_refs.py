@@ -59,6 +59,18 @@ def run_of(tag: str, output: str) -> list[TranscriptEntry]:
     return [user(f"q {tag}"), call(f"c-{tag}"), result(f"c-{tag}", output), say(f"a {tag}")]
 
 
+async def two_sessions(url: str, **options: Any) -> tuple[list[Any], list[Any]]:
+    """Sessions "s" (two runs, one naming HUGE) and "t" (one run naming HUGE too) written
+    with ``options``, counts checked: what each returns loaded."""
+    async with Database(url, **options) as before:
+        earlier = SQLSession(before)
+        await earlier.append("s", run_of("1", HUGE), run_id="r1")
+        await earlier.append("s", run_of("2", OTHER), run_id="r2")
+        await earlier.append("t", run_of("t", HUGE), run_id="t1")
+        await assert_checked(before)
+        return await earlier.load("s"), await earlier.load("t")
+
+
 async def assert_checked(db: Database) -> None:
     """``check`` finds nothing wrong, and the counts equal a recount."""
     found = [m.detail for m in await counter_mismatches(db, all_tenants=True)]
@@ -198,13 +210,7 @@ async def test_a_trim_that_waited_for_a_rekey_releases_the_rekeyed_rows(
     and the values of the rekeyed rows are kept for nothing. The output is too long
     for a Database to remember: what is deleted is not read from memory either."""
     async with database(kind, tmp_path, "db") as url:
-        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
-            earlier = SQLSession(before)
-            await earlier.append("s", run_of("1", HUGE), run_id="r1")
-            await earlier.append("s", run_of("2", OTHER), run_id="r2")
-            await earlier.append("t", run_of("t", HUGE), run_id="t1")
-            kept = await earlier.load("t")
-            await assert_checked(before)
+        _, kept = await two_sessions(url, **OPTIONS, encryption_keys=[KEY1])
         # The application writes with the new key first (and reads with both) while
         # the rekey rewrites what the old key sealed.
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
@@ -407,13 +413,7 @@ async def test_edits_that_meet_a_rekey_of_their_rows_keep_every_count(
     rolled back for, and run again), every count is true after, and nothing anyone
     names is deleted."""
     async with database(kind, tmp_path, "db") as url:
-        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
-            earlier = SQLSession(before)
-            await earlier.append("s", run_of("1", HUGE), run_id="r1")
-            await earlier.append("s", run_of("2", OTHER), run_id="r2")
-            await earlier.append("t", run_of("t", HUGE), run_id="t1")
-            kept = await earlier.load("t")
-            copied = await earlier.load("s")
+        copied, kept = await two_sessions(url, **OPTIONS, encryption_keys=[KEY1])
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
             asked, go, edited = threading.Event(), threading.Event(), threading.Event()
             rekeying = asyncio.ensure_future(
@@ -521,12 +521,7 @@ async def test_a_fork_that_met_a_rekey_counts_the_values_its_copies_name(
     while a rekey has released the old forms' values but not yet rewritten the rows, it
     must not copy documents naming a value the rekey deletes."""
     async with database(kind, tmp_path, "db") as url:
-        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
-            earlier = SQLSession(before)
-            await earlier.append("s", run_of("1", HUGE), run_id="r1")
-            await earlier.append("s", run_of("2", OTHER), run_id="r2")
-            await earlier.append("t", run_of("t", HUGE), run_id="t1")
-            copied = await earlier.load("s")
+        copied, _ = await two_sessions(url, **OPTIONS, encryption_keys=[KEY1])
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
             paused, go = threading.Event(), threading.Event()
             rekeying = asyncio.ensure_future(
@@ -577,12 +572,7 @@ async def test_edits_that_meet_a_rekey_between_its_release_and_its_rewrite(
     of its rows (one deleted) and not yet rewritten them: every count is true after, the
     rekey ends, and what another session names is still stored."""
     async with database(kind, tmp_path, "db") as url:
-        async with Database(url, **OPTIONS, encryption_keys=[KEY1]) as before:
-            earlier = SQLSession(before)
-            await earlier.append("s", run_of("1", HUGE), run_id="r1")
-            await earlier.append("s", run_of("2", OTHER), run_id="r2")
-            await earlier.append("t", run_of("t", HUGE), run_id="t1")
-            kept = await earlier.load("t")
+        _, kept = await two_sessions(url, **OPTIONS, encryption_keys=[KEY1])
         async with Database(url, **OPTIONS, encryption_keys=[KEY2, KEY1]) as db:
             failed = await _edit_meeting_a_paused_rekey(db, url, PAUSED_EDITS[edit])
             await assert_checked(db)
@@ -600,12 +590,7 @@ async def test_edits_that_meet_a_rekey_that_compresses_their_rows(
     rows it rewrites name shared values only once rewritten, so an edit that finds the
     rows to release by their stored form must wait for the rewrite all the same."""
     async with database(kind, tmp_path, "db") as url:
-        async with Database(url, compression=False) as before:
-            earlier = SQLSession(before)
-            await earlier.append("s", run_of("1", HUGE), run_id="r1")
-            await earlier.append("s", run_of("2", OTHER), run_id="r2")
-            await earlier.append("t", run_of("t", HUGE), run_id="t1")
-            kept = await earlier.load("t")
+        _, kept = await two_sessions(url, compression=False)
         async with Database(url, **OPTIONS) as db:
             failed = await _edit_meeting_a_paused_rekey(db, url, PAUSED_EDITS[edit], False)
             assert failed is None, failed
