@@ -9,7 +9,6 @@ lives, and a worker that stalled past its lease cannot write any more.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -21,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Connection, update
 
 from backends import Backend, _backend
 from lovia_store import SQLCheckpointer as NativeCheckpointer
 from lovia_store import SQLSession as NativeSession
+from lovia_store.db.tables import run_leases
 
 CHILD = Path(__file__).with_name("lovia_child.py")
 KINDS = ("sqlite_wal", "postgres", "mariadb")
@@ -69,6 +70,18 @@ async def stored(backend: Backend) -> tuple[int, Any]:
         segments = await session.segments("customer")
         snapshot = await NativeCheckpointer(session.database).load("job-1")
     return len(segments), snapshot
+
+
+async def lapse(backend: Backend) -> None:
+    """Age the run's stored lease past its expiry, as its ttl going by unrenewed would."""
+    assert backend.target is not None
+
+    def work(conn: Connection) -> None:
+        lease = update(run_leases).where(run_leases.c.run_id == "job-1")
+        assert conn.execute(lease.values(expires_ms=1)).rowcount == 1
+
+    async with NativeSession(backend.target) as session:
+        await session.database.write(work)
 
 
 async def test_a_worker_killed_inside_a_tool_call_is_resumed_by_the_next(
@@ -117,12 +130,12 @@ async def test_a_stalled_worker_cannot_write_once_another_took_the_run_over(
     backend: Backend, tmp_path: Path
 ) -> None:
     effects = tmp_path / "effects.log"
-    stalled = start(backend, effects, "full", "--hold", "3", "--ttl", "1")
+    stalled = start(backend, effects, "full", "--hold", "3")
     try:
         wait_for(Path(f"{effects}.holding"))
         os.kill(stalled.pid, signal.SIGSTOP)  # a frozen VM, a GC pause: no renewal
-        await asyncio.sleep(1.5)
-        taken = report(start(backend, effects, "tail", "--ttl", "1"))
+        await lapse(backend)
+        taken = report(start(backend, effects, "tail"))
         assert taken["output"] == "Refunded."
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
