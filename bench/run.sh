@@ -41,15 +41,21 @@ fi
 cd "$ROOT"
 # The CI smoke test (--scale tiny) also runs the standalone benchmarks at their tiny scale.
 if [[ " $* " == *" --scale tiny "* ]]; then
+    SECONDS=0
     "$VENV/bin/python" -m bench "$@"
+    echo "bench: W1-W10 took ${SECONDS} s" >&2
     for standalone in bench.prune bench.copy bench.startup bench.pooler bench.galera bench.replication bench.storage; do
+        SECONDS=0
         "$VENV/bin/python" -m "$standalone" --scale tiny
+        echo "bench: $standalone took ${SECONDS} s" >&2
     done
+    SECONDS=0
     # Each callgrind cell is a child under valgrind (about 5 s): every workload's child
     # runs natively (--smoke), and the counting itself once on SQLite and PostgreSQL, keep
     # them from rotting within CI's time.
     "$VENV/bin/python" -m bench.instructions --scale tiny --backends sqlite --smoke
     "$VENV/bin/python" -m bench.instructions --scale tiny --backends sqlite,pg --work append
+    echo "bench: bench.instructions took ${SECONDS} s" >&2
     exit 0
 fi
 exec "$VENV/bin/python" -m bench "$@"
