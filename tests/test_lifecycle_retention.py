@@ -541,6 +541,13 @@ def test_the_command_asks_before_deleting(
     assert code == 0 and "sessions last active before 20" in err and " UTC)" in err
     code, out, _ = cli("--older-than", "0s", "--yes", "--json")
     assert code == 0 and json.loads(out)["sessions"] == ["new"]
+    # Nothing selected: the command ran (a VACUUM too), it was no dry run.
+    code, out, _ = cli("--older-than", "0s", "--yes", "--vacuum", "--json")
+    done = json.loads(out)
+    assert code == 0 and done["sessions"] == [] and done["dry_run"] is False
+    assert done["vacuum"] is not None
+    code, out, _ = cli("--older-than", "0s")
+    assert code == 0 and "would delete" not in out
     assert cli("--keep-last", "-1")[0] == 2
     assert cli("--older-than", "soon")[0] == 2
     assert cli("--yes")[0] == 2  # no criterion: a UserError

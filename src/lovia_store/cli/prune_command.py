@@ -208,8 +208,9 @@ def prune_command(
             return await prune(db, dry_run=dry, vacuum=vacuum and not dry, **options), db.url
 
     report, database = asyncio.run(run(True))
-    if not dry_run and (report.sessions or report.runs):
-        if not yes:
+    if not dry_run:
+        # Asked only when there is something to delete; run either way (its --vacuum too).
+        if not yes and (report.sessions or report.runs):
             for line in _lines(report, database):
                 output.note(line)
             if not click.confirm(
