@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,6 +105,18 @@ async def test_counts_sizes_and_the_largest(sql_backend: Backend) -> None:
             wal = await asyncio.to_thread(os.path.getsize, f"{sql_backend.target}-wal")
             assert live.size_detail["wal"] == wal > 0
             assert live.messages == stats.messages + 1
+
+
+async def test_the_command_counts_the_shared_values_references(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    path = tmp_path / "shared.sqlite3"
+    async with SQLSession(path) as session:  # compressed, the output is stored once
+        await session.append("s", a_run("1", output="z" * 5_000), run_id="r1")
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["stats", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"shared values +1 \(.* stored, 1 reference\)", out), out
 
 
 async def test_bad_top_and_an_old_database_are_refused(sql_backend: Backend, tmp_path: Any) -> None:

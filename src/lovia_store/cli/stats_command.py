@@ -45,9 +45,10 @@ def _shared(contents: ContentStats) -> str:
     """The values stored once: how many, their stored size, the references to them."""
     if not contents.values:
         return "0"
+    references = contents.references
     return (
         f"{contents.values:,} ({_bytes(contents.stored_bytes)} stored, "
-        f"{contents.references:,} references)"
+        f"{references:,} reference{'' if references == 1 else 's'})"
     )
 
 
