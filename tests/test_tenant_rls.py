@@ -518,7 +518,7 @@ async def test_lifecycle_work_is_refused_on_a_database_held_by_the_policies(
     tmp_path: Any,
 ) -> None:
     """It sets no tenant: held by the policies it would see nothing and say all is well."""
-    from lovia_store.lifecycle import export, prune
+    from lovia_store.lifecycle import export, prune, rekey
     from lovia_store.lifecycle.stats import database_stats
 
     url = server_url("LOVIA_TEST_POSTGRES_URL")
@@ -528,8 +528,10 @@ async def test_lifecycle_work_is_refused_on_a_database_held_by_the_policies(
             lambda: database_stats(db),
             lambda: export(db, tmp_path / "out.jsonl"),
             lambda: prune(db, older_than=timedelta(days=1)),
+            lambda: rekey(db),
         ):
-            with pytest.raises(UserError, match="owner"):
+            with pytest.raises(UserError, match="owner") as refused:
                 await call()
+            assert "rekey" in str(refused.value)  # the message lists every one refused
     finally:
         await db.close()

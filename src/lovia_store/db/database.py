@@ -155,13 +155,13 @@ class Database:
         **engine_options: Any,
     ) -> None:
         self.tenant = check_tenant(tenant)
+        """The tenant of the stores built on this Database without their own."""
         self.codec = DocumentCodec(
             compression=compression,
             threshold=compression_threshold,
             encryption_keys=encryption_keys,
         )
         """How documents are stored (``lovia_store.db.documents``)."""
-        """The tenant of the stores built on this Database without their own."""
         if not isinstance(row_level_security, bool):
             raise UserError(f"row_level_security is True or False, not {row_level_security!r}")
         self.row_level_security = row_level_security

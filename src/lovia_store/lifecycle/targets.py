@@ -57,8 +57,8 @@ def refuse_row_level_security(db: Database) -> None:
     policies it would see nothing, and say so as if there were nothing. Refused instead."""
     if db.row_level_security:
         raise UserError(
-            f"{db.url}: lifecycle operations (copy, export, import, stats, prune, check) run "
-            "as the tables' owner, on a Database without row_level_security "
+            f"{db.url}: lifecycle operations (copy, export, import, stats, prune, check, "
+            "rekey) run as the tables' owner, on a Database without row_level_security "
             "(docs/tenants.md)"
         )
 
