@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from sqlalchemy import event
 
 from lovia_store import (
     AssistantTextEntry,
@@ -85,3 +88,23 @@ def commit_lost(db: Database, *, landed: bool = True) -> Iterator[list[int]]:
         yield fired
     finally:
         del dialect.do_commit
+
+
+@contextlib.contextmanager
+def on_first_statement(db: Database, then: Callable[[], None]) -> Iterator[None]:
+    """Call ``then`` (in a thread of its own) once ``db`` sends its next statement, or
+    on leaving the block: a lock is released once a call meets it, not after a guess."""
+    sent = threading.Event()
+
+    def note(*_args: Any) -> None:
+        sent.set()
+
+    event.listen(db.sync_engine, "before_cursor_execute", note)
+    helper = threading.Thread(target=lambda: sent.wait(60) and then())
+    helper.start()
+    try:
+        yield
+    finally:
+        sent.set()
+        helper.join()
+        event.remove(db.sync_engine, "before_cursor_execute", note)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ import pytest
 from sqlalchemy import event, text
 
 from backends import fresh_server_database
-from helpers import a_run
+from helpers import a_run, on_first_statement
 from lovia_store import Database, SQLSession, StoreBusyError
 
 BUSY = 1.0
@@ -75,25 +74,6 @@ def busy_errors(db: Database) -> Iterator[list[BaseException]]:
         yield seen
     finally:
         event.remove(db.sync_engine, "handle_error", note)
-
-
-@contextmanager
-def on_first_statement(db: Database, then: Callable[[], None]) -> Iterator[None]:
-    """Call ``then`` (in a thread of its own) once ``db`` sends its next statement."""
-    sent = threading.Event()
-
-    def note(*_args: Any) -> None:
-        sent.set()
-
-    event.listen(db.sync_engine, "before_cursor_execute", note)
-    helper = threading.Thread(target=lambda: sent.wait(60) and then())
-    helper.start()
-    try:
-        yield
-    finally:
-        sent.set()
-        helper.join()
-        event.remove(db.sync_engine, "before_cursor_execute", note)
 
 
 async def ready_database(path: Path, wal: bool, busy_timeout: float = BUSY) -> Database:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from backends import Backend
-from helpers import a_run
+from helpers import a_run, on_first_statement
 from lovia_store import (
     ConflictError,
     Database,
@@ -160,15 +160,14 @@ async def test_a_locked_file_gives_a_retry_safe_busy_error_and_writes_nothing(
 
 async def test_a_busy_lock_released_in_time_is_waited_out_transparently(tmp_path: Path) -> None:
     path = tmp_path / "briefly-locked.sqlite3"
-    async with SQLiteSession(path) as store:
-        await store.load("s")
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")
-    loop = asyncio.get_running_loop()
-    loop.call_later(0.15, lambda: (other.execute("ROLLBACK"), other.close()))
-    async with Database(path, busy_timeout=0.5) as db:  # the whole call's wait (D16)
-        await SQLSession(db).append("s", a_run("1"), run_id="r1")
-        assert await SQLSession(db).load("s") == a_run("1")
+    async with Database(path, busy_timeout=60) as db:  # a bound on a hang
+        await SQLSession(db).append("s", a_run("0"), run_id="r0")  # connected, schema checked
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN EXCLUSIVE")
+        # Released once the append has sent its BEGIN IMMEDIATE, which waits for it.
+        with on_first_statement(db, lambda: (other.execute("ROLLBACK"), other.close())):
+            await SQLSession(db).append("s", a_run("1"), run_id="r1")
+        assert await SQLSession(db).load("s") == a_run("0") + a_run("1")
 
 
 async def test_a_cancelled_append_is_all_or_nothing_and_retry_is_a_no_op(
