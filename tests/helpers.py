@@ -108,3 +108,18 @@ def on_first_statement(db: Database, then: Callable[[], None]) -> Iterator[None]
         sent.set()
         helper.join()
         event.remove(db.sync_engine, "before_cursor_execute", note)
+
+
+def pause_forever_at(db: Database, statement: str, nth: int) -> None:
+    """Once ``db`` has run its ``nth`` statement starting with ``statement`` (inside that
+    transaction), print "paused" and block: a child process the test kills right there."""
+    seen = [0]
+
+    def after(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
+        if sql.lstrip().startswith(statement):
+            seen[0] += 1
+            if seen[0] == nth:
+                print("paused", flush=True)
+                threading.Event().wait()
+
+    event.listen(db.sync_engine, "after_cursor_execute", after)
