@@ -155,6 +155,9 @@ def _backend_id(conn: Connection) -> int:
     return int(driver.thread_id())  # asyncmy
 
 
+_IN_PROCESS_LIST = "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = %s"
+
+
 @pytest.fixture(params=["postgres", "postgres_psycopg", "mariadb"])
 async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Kill]]:
     """(url, kill): ``kill(conn)`` terminates ``conn``'s server session from an admin
@@ -171,9 +174,16 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Kil
             )
 
             async def kill(conn: Connection) -> None:
+                victim = _backend_id(conn)
                 async with admin.cursor() as cursor:
-                    await cursor.execute(f"KILL CONNECTION {_backend_id(conn)}")
-                await asyncio.sleep(0.2)  # the server closes the socket soon after
+                    await cursor.execute(f"KILL CONNECTION {victim}")
+                    # The server closes the socket as the session ends, soon after.
+                    for _ in range(1200):  # a bound on a hang, not a timing
+                        await cursor.execute(_IN_PROCESS_LIST, (victim,))
+                        if not await cursor.fetchone():
+                            return
+                        await asyncio.sleep(0.05)
+                pytest.fail(f"session {victim} still in the process list after KILL")
 
             try:
                 yield url, kill
