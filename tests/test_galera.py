@@ -71,11 +71,12 @@ async def write_from(
     writers: int,
     rounds: int,
     errors: list[BaseException],
-    busy_timeout: float = 5.0,
 ) -> None:
     """``writers`` tasks on one node: runs under run ids the other nodes use too, keyed
-    Raw Log appends to shared sessions, steps of shared checkpoints."""
-    async with Database(url, busy_timeout=busy_timeout) as db:
+    Raw Log appends to shared sessions, steps of shared checkpoints. Conflicts are
+    retried within ``busy_timeout``, 120 s: a bound on a hang. With the default 5 s, a
+    loaded two-core CI machine once ran out of it (StoreBusyError, nothing written)."""
+    async with Database(url, busy_timeout=120) as db:
         sessions, runs, storage = SQLSession(db), SQLCheckpointer(db), SQLSessionStorage(db)
 
         async def writer(w: int) -> None:
@@ -118,16 +119,12 @@ async def assert_stored_once(url: str, node_ids: list[int], writers: int, rounds
 
 async def test_writers_on_every_node_see_no_error_and_lose_nothing(cluster: list[str]) -> None:
     """Twelve writers on three nodes, on the same rows: certification conflicts are
-    retried through. ``busy_timeout`` bounds a hang only: with the default 5 s, a loaded
-    two-core CI machine once ran out of it (StoreBusyError, nothing written)."""
+    retried through."""
     await upgrade(cluster[0])
     errors: list[BaseException] = []
     writers, rounds = 4, 12
     await asyncio.gather(
-        *(
-            write_from(url, n, writers, rounds, errors, busy_timeout=120)
-            for n, url in enumerate(cluster)
-        )
+        *(write_from(url, n, writers, rounds, errors) for n, url in enumerate(cluster))
     )
     assert errors == []
     await assert_stored_once(cluster[1], list(range(len(cluster))), writers, rounds)
@@ -231,10 +228,7 @@ async def test_killing_a_node_leaves_the_writers_on_the_others_unharmed(
     writers, rounds = 3, 30
     try:
         load = asyncio.gather(
-            *(
-                write_from(url, n, writers, rounds, errors, busy_timeout=30)
-                for n, url in enumerate(cluster[:2])
-            )
+            *(write_from(url, n, writers, rounds, errors) for n, url in enumerate(cluster[:2]))
         )
         await asyncio.sleep(0)  # the writers start before the kill
         async with SQLSession(cluster[0]) as probe:  # once writes are flowing
