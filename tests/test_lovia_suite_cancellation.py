@@ -60,12 +60,12 @@ class Gate:
 async def cancel_at(gate: Gate, call: Awaitable[Any]) -> None:
     """Run ``call``, cancel it once it reaches the gate, then let the write go."""
     task = asyncio.ensure_future(call)
-    await asyncio.wait_for(gate.reached.wait(), timeout=10)
+    await asyncio.wait_for(gate.reached.wait(), timeout=60)
     task.cancel()
     gate.opened.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.wait_for(gate.finished.wait(), timeout=10)
+    await asyncio.wait_for(gate.finished.wait(), timeout=60)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def test_one_thread_runs_calls_in_the_order_put() -> None:
 
 def test_several_threads_run_every_call_at_once() -> None:
     threads = WorkerThreads(3, "test-reader")
-    barrier = threading.Barrier(3, timeout=10)
+    barrier = threading.Barrier(3, timeout=60)
     names: list[str] = []
 
     def meet() -> None:
@@ -73,7 +73,7 @@ def test_threads_of_an_owner_collected_without_shutdown_stop() -> None:
     del threads
     gc.collect()
     for thread in started:
-        thread.join(timeout=10)
+        thread.join(timeout=60)
         assert not thread.is_alive()
 
 

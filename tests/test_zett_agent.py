@@ -204,7 +204,7 @@ async def cancelled_then_continued(open_storage: Opener) -> tuple[list[Any], lis
         model, config=config("r1"), tools=[gate.tool, weather], extensions=[persistence]
     )
     running = asyncio.create_task(agent.run("Q3 report and Basel weather?", config=config("r1")))
-    await asyncio.wait_for(gate.started.wait(), 10)
+    await asyncio.wait_for(gate.started.wait(), 60)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
