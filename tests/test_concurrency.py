@@ -717,10 +717,13 @@ class ServerConnections:
         return self
 
     async def stop_sampling(self) -> None:
-        """Let the sampler finish its query (the admin connection runs one at a time)."""
+        """Let the sampler finish its query (the admin connection runs one at a time),
+        then sample once more: the peak counts what is open now, however few samples
+        a loaded machine took meanwhile."""
         self._stop.set()
         if self._sampler is not None:
             await self._sampler
+            self.peak = max(self.peak, await self.count())
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.stop_sampling()
