@@ -141,10 +141,11 @@ async def test_tls_refused_by_the_server_is_typed(driver: str) -> None:
 
 
 async def test_a_statement_timeout_mid_transaction_is_typed(pg_url: str) -> None:
-    """asyncpg raises the bare ``TimeoutError`` of its ``command_timeout``."""
+    """asyncpg raises the bare ``TimeoutError`` of its ``command_timeout`` (and cancels
+    the statement: a sleep far past it, so a stalled event loop cannot see it end first)."""
     async with Database(pg_url, connect_args={"command_timeout": 0.2}) as db:
         with pytest.raises(StoreUnavailableError, match="timed out") as caught:
-            await db.read(lambda conn: conn.execute(text("SELECT pg_sleep(2)")).scalar())
+            await db.read(lambda conn: conn.execute(text("SELECT pg_sleep(60)")).scalar())
         assert caught.value.retry_safe is True  # a read, rolled back
         assert await db.read(lambda conn: conn.execute(text("SELECT 1")).scalar()) == 1
 
