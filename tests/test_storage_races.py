@@ -13,6 +13,7 @@ import asyncio
 import multiprocessing
 import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from backends import fresh_server_database
 from lovia_store import (
     CompactedMessage,
+    Database,
     InputEntry,
     SnapshotConflictError,
     SQLiteSessionStorage,
@@ -46,10 +48,16 @@ class Target:
     kind: str
     where: str
 
-    def storage(self) -> SQLSessionStorage:
+    @asynccontextmanager
+    async def storage(self) -> AsyncIterator[SQLSessionStorage]:
         if self.kind == "postgres":
-            return SQLSessionStorage(self.where)
-        return SQLiteSessionStorage(self.where, wal=True)
+            async with SQLSessionStorage(self.where) as store:
+                yield store
+            return
+        # The writers wait for SQLite's one lock within busy_timeout: generous, so a
+        # loaded machine slows the test down instead of failing it.
+        async with Database(self.where, wal=True, busy_timeout=120) as db:
+            yield SQLiteSessionStorage(db)
 
 
 def _child(index: int, barrier: Barrier, results: Any, job: Job, args: tuple[Any, ...]) -> None:
