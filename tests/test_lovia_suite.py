@@ -78,13 +78,14 @@ def test_lovia_suite_passes_on_our_stores(backend: str, sdist_cache: Path) -> No
     if backend in SERVER_URLS:
         server_url(SERVER_URLS[backend])  # skips, or fails under LOVIA_TEST_REQUIRE_SERVERS
     env = {
-        **os.environ,
+        # Without this run's own options (--durations=0 would bury a failure's traceback).
+        **{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
         "LOVIA_SUITE_BACKEND": backend,
         "LOVIA_SUITE_CACHE": str(sdist_cache),
         "LOVIA_SUITE_PYTHON": sys.executable,
     }
     completed = subprocess.run(
-        [str(SCRIPT), "-rfE", "--tb=short"],
+        [str(SCRIPT), "-rfE", "--tb=short", "--log-level=INFO"],
         env=env,
         capture_output=True,
         text=True,
