@@ -23,6 +23,19 @@ stop() {
     fi
   done
   rm -rf "$DIR"
+  # A postmaster killed with SIGKILL (the failover test) leaves its socket's lock file,
+  # naming its PID. Until PID 1 reaps it (a second or two here) that PID is a zombie, and
+  # this machine's PIDs wrap at 32768, so it may soon be another postgres process's: either
+  # way a new server on the port takes the file for a live server's and refuses to start.
+  # Nothing answers on the port now: the file is stale.
+  local port code
+  for port in $PRIMARY_PORT $STANDBY_PORT; do
+    code=0
+    pg_isready -h 127.0.0.1 -p "$port" -q || code=$?
+    if [ "$code" = 2 ]; then
+      rm -f "/var/run/postgresql/.s.PGSQL.$port" "/var/run/postgresql/.s.PGSQL.$port.lock"
+    fi
+  done
 }
 
 start() {
