@@ -44,7 +44,8 @@ from lovia_store.lifecycle import (
 from lovia_store.sessions.trim import trim_rows
 from stored_support import KEY1, KEY2, KINDS, contents_of, counted_references, database
 
-OPTIONS = {"compression_threshold": 64}
+# Every value shared; a writer waits for another's lock within 120 s, a bound on a hang.
+OPTIONS = {"compression_threshold": 64, "busy_timeout": 120}
 BIG = "".join(f"{i:04d} a file read by a tool, line after line\n" for i in range(60))
 OTHER = "".join(f"{i:04d} another page fetched by another tool\n" for i in range(50))
 HUGE = "".join(f"{i:07d} a long log read by a tool, line after line\n" for i in range(50_000))
