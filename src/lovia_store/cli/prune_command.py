@@ -208,9 +208,10 @@ def prune_command(
             return await prune(db, dry_run=dry, vacuum=vacuum and not dry, **options), db.url
 
     report, database = asyncio.run(run(True))
-    if not dry_run:
-        # Asked only when there is something to delete; run either way (its --vacuum too).
-        if not yes and (report.sessions or report.runs):
+    # With --yes the command runs even when nothing is selected (its --vacuum too); without
+    # it, only once asked, so nothing selected after the question is deleted unasked.
+    if not dry_run and (yes or report.sessions or report.runs):
+        if not yes:
             for line in _lines(report, database):
                 output.note(line)
             if not click.confirm(
