@@ -123,3 +123,17 @@ def pause_forever_at(db: Database, statement: str, nth: int) -> None:
                 threading.Event().wait()
 
     event.listen(db.sync_engine, "after_cursor_execute", after)
+
+
+def lapse_lease(run_id: str) -> Callable[[Any], None]:
+    """Work that ages a run's stored lease past its expiry, as its ttl going by unrenewed
+    would: a takeover is tested from stored state, never by sleeping past a short ttl."""
+    from sqlalchemy import update
+
+    from lovia_store.db.tables import run_leases
+
+    def work(conn: Any) -> None:
+        lease = update(run_leases).where(run_leases.c.run_id == run_id)
+        assert conn.execute(lease.values(expires_ms=1)).rowcount == 1
+
+    return work

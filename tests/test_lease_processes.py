@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import Connection, select, update
 
 from backends import Backend, _backend
-from helpers import user
+from helpers import lapse_lease, user
 from lease_child import QUESTION, build_agent
 from lovia_store import (
     CheckpointOptions,
@@ -197,12 +197,7 @@ async def db_now(db: Database) -> int:
 async def lapse(db: Database) -> int:
     """Age the run's lease past its expiry, as its ttl going by would; the expiry it had."""
     expires_ms = (await lease_row(db)).expires_ms
-
-    def work(conn: Connection) -> None:
-        lease = update(run_leases).where(run_leases.c.run_id == RUN_ID)
-        conn.execute(lease.values(expires_ms=1))
-
-    await db.write(work)
+    await db.write(lapse_lease(RUN_ID))
     return int(expires_ms)
 
 

@@ -11,16 +11,14 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, update
 from sqlalchemy.engine import make_url
 
 from backends import HERE
+from helpers import lapse_lease
 from lovia_store import Database, InputEntry, SQLCheckpointer, SQLSession, StoreUnavailableError
-from lovia_store.db.tables import run_leases
 
 ROOT = HERE.parent
 SECRET = "the-users-secret-words-7Hq"
@@ -117,16 +115,6 @@ async def test_retries_are_logged_with_their_cause_and_no_password(
     assert_nothing_secret(ours(caplog))
 
 
-def lapse(run_id: str) -> Callable[[Connection], None]:
-    """Age a run's stored lease past its expiry."""
-
-    def work(conn: Connection) -> None:
-        lease = update(run_leases).where(run_leases.c.run_id == run_id)
-        assert conn.execute(lease.values(expires_ms=1)).rowcount == 1
-
-    return work
-
-
 async def test_a_lease_takeover_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="lovia_store")
     async with SQLCheckpointer(tmp_path / "runs.sqlite3") as checkpointer:
@@ -134,7 +122,7 @@ async def test_a_lease_takeover_is_logged(tmp_path: Path, caplog: pytest.LogCapt
         await checkpointer.release_lease(released)
         await checkpointer.acquire_lease("released", ttl=30)  # after a release: no takeover
         await checkpointer.acquire_lease("stalled", ttl=30)
-        await checkpointer.database.write(lapse("stalled"))  # its ttl went by, unrenewed
+        await checkpointer.database.write(lapse_lease("stalled"))  # its ttl went by, unrenewed
         await checkpointer.acquire_lease("stalled", ttl=30)
     takeovers = [r for r in ours(caplog) if "taken over" in r.getMessage()]
     assert [r.name for r in takeovers] == ["lovia_store.checkpoints.sql_leases"]

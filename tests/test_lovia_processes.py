@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, update
 
 from backends import Backend, _backend
+from helpers import lapse_lease
 from lovia_store import SQLCheckpointer as NativeCheckpointer
 from lovia_store import SQLSession as NativeSession
-from lovia_store.db.tables import run_leases
 
 CHILD = Path(__file__).with_name("lovia_child.py")
 KINDS = ("sqlite_wal", "postgres", "mariadb")
@@ -73,15 +72,9 @@ async def stored(backend: Backend) -> tuple[int, Any]:
 
 
 async def lapse(backend: Backend) -> None:
-    """Age the run's stored lease past its expiry, as its ttl going by unrenewed would."""
     assert backend.target is not None
-
-    def work(conn: Connection) -> None:
-        lease = update(run_leases).where(run_leases.c.run_id == "job-1")
-        assert conn.execute(lease.values(expires_ms=1)).rowcount == 1
-
     async with NativeSession(backend.target) as session:
-        await session.database.write(work)
+        await session.database.write(lapse_lease("job-1"))
 
 
 async def test_a_worker_killed_inside_a_tool_call_is_resumed_by_the_next(
